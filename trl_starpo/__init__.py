@@ -1,0 +1,35 @@
+"""trl_starpo: StarPO and StarPO-S, multi-turn trajectory-level RL for LLM agents, on top of TRL."""
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+from .envs import Environment, list_environments, load_environment, load_tasks
+
+__version__ = "0.1.0"
+
+# Heavy modules (torch, transformers, trl) load on first use, so `trl-starpo envs` and the environment packages
+# stay fast to import.
+_LAZY = {
+    "StarPOConfig": "trl_starpo.config",
+    "StarPOTrainer": "trl_starpo.trainer",
+    "Trajectory": "trl_starpo.trajectory",
+    "Segment": "trl_starpo.trajectory",
+    "RolloutCollector": "trl_starpo.rollout.collector",
+    "load_default_model": "trl_starpo.models",
+    "resolve_model_path": "trl_starpo.models",
+}
+
+__all__ = ["Environment", "list_environments", "load_environment", "load_tasks", *_LAZY]
+
+if TYPE_CHECKING:
+    from .config import StarPOConfig
+    from .models import load_default_model, resolve_model_path
+    from .rollout.collector import RolloutCollector
+    from .trainer import StarPOTrainer
+    from .trajectory import Segment, Trajectory
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'trl_starpo' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""Pure tensor functions: advantages, filters and critics. No trainer state."""

@@ -1,0 +1,58 @@
+"""The text environment protocol every StarPO environment implements.
+
+An environment is gymnasium-shaped but speaks text: ``reset`` returns the first observation, ``step`` takes one
+action string and returns ``(observation, reward, terminated, truncated, info)``. Environments know nothing about
+models, tokenizers or trainers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A text-in, text-out environment.
+
+    Attributes:
+        system_prompt: Instructions shown to the agent once, before the first observation: the task, the rules and
+            how to phrase actions.
+        action_description: A short description of the valid actions (e.g. ``"Up, Down, Left, Right"``).
+
+    ``reset(seed=..., options={"task": row})`` starts the episode described by ``row``, one row of the environment's
+    task dataset; without a task the environment draws one from ``seed``. The same seed and task always give the same
+    start state.
+
+    ``step(action)`` executes one action. The ``info`` dict carries at least:
+
+    - ``action_is_valid`` (bool): the action was understood; an invalid action leaves the state unchanged.
+    - ``action_is_effective`` (bool): the action changed the state.
+    - ``success`` (bool): the episode's goal is reached.
+    """
+
+    system_prompt: str
+    action_description: str
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        ...
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class TextEnvironment:
+    """Convenience base class: a no-op ``close`` and the step ``info`` every environment reports."""
+
+    system_prompt: str = ""
+    action_description: str = ""
+
+    def close(self) -> None:
+        """Release resources; the base environment holds none."""
+
+    @staticmethod
+    def step_info(*, valid: bool, effective: bool, success: bool, **extra: Any) -> dict[str, Any]:
+        """The ``info`` dict of one step, with the keys the rollout collector reads."""
+        return {"action_is_valid": valid, "action_is_effective": effective, "success": success, **extra}

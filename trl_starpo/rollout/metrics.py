@@ -1,0 +1,51 @@
+"""Per-trajectory rollout statistics; the trainer averages them over the batch and logs them under ``rollout/``."""
+
+from __future__ import annotations
+
+from ..trajectory import Segment, Trajectory
+
+STAT_NAMES = (
+    "success",
+    "return",
+    "turns",
+    "actions",
+    "action_validity",
+    "action_effectiveness",
+    "format_error_rate",
+    "dropped_actions",
+    "response_tokens",
+    "thinking_tokens",
+    "action_tokens",
+    "env_error",
+    "truncated",
+)
+
+
+def trajectory_stats(trajectory: Trajectory) -> list[float]:
+    """The statistics of one trajectory, in the order of ``STAT_NAMES``.
+
+    ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (1 when
+    none was sent); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory.
+    """
+    turns = trajectory.turns
+    actions = sum(len(turn.actions) for turn in turns)
+    valid = sum(turn.num_valid_actions for turn in turns)
+    effective = sum(turn.num_effective_actions for turn in turns)
+    malformed = sum(not turn.format_ok for turn in turns)
+    thinking = trajectory.count(Segment.THINKING)
+    action = trajectory.count(Segment.ACTION)
+    return [
+        float(trajectory.success),
+        trajectory.episode_return,
+        float(len(turns)),
+        float(actions),
+        valid / actions if actions else 1.0,
+        effective / actions if actions else 1.0,
+        malformed / len(turns) if turns else 0.0,
+        float(sum(turn.num_dropped_actions for turn in turns)),
+        float(thinking + action),
+        float(thinking),
+        float(action),
+        float(trajectory.env_error is not None),
+        float(trajectory.truncation is not None),
+    ]
