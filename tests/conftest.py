@@ -136,3 +136,39 @@ class ScriptedGenerator:
                 ids = ids + [self.tokenizer.eos_token_id]
             out[key] = ids[:max_new_tokens]
         return out
+
+
+@pytest.fixture(scope="session")
+def tiny_agent_dir(tmp_path_factory, tiny_model_dir, tiny_tokenizer):
+    """The tiny model after a few seconds of supervised training on well-formed CounterEnv turns.
+
+    It answers ``<think>…</think><answer>inc</answer>`` or ``…dec…`` about equally often, so sampled episodes
+    differ in return and StarPO gets a real learning signal.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2)
+    prompt = collector._start(CounterEnv(), {"task_id": "t", "seed": 0, "start": 0, "target": 2}, 0)[0].token_ids
+    eos = tiny_tokenizer.eos_token_id
+    examples = []
+    for action in ("inc", "dec"):
+        response = tiny_tokenizer(f"<think>go</think><answer>{action}</answer>", add_special_tokens=False)["input_ids"]
+        examples.append((prompt + response + [eos], len(prompt)))
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    input_ids = torch.tensor([ids for ids, _ in examples])
+    labels = input_ids.clone()
+    labels[:, : examples[0][1]] = -100
+    for _ in range(60):
+        loss = model(input_ids=input_ids, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    path = tmp_path_factory.mktemp("tiny-agent")
+    model.save_pretrained(path)
+    tiny_tokenizer.save_pretrained(path)
+    return str(path)

