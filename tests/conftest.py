@@ -150,7 +150,7 @@ def tiny_agent_dir(tmp_path_factory, tiny_model_dir, tiny_tokenizer):
 
     from trl_starpo.rollout.collector import RolloutCollector
 
-    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2)
+    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2, prefill_opening_tag=False)
     prompt = collector._start(CounterEnv(), {"task_id": "t", "seed": 0, "start": 0, "target": 2}, 0)[0].token_ids
     eos = tiny_tokenizer.eos_token_id
     examples = []

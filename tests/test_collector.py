@@ -10,7 +10,8 @@ GOOD_2 = "<think>again</think><answer>inc</answer>"
 
 
 def collect(tokenizer, responses, tasks=None, eos=True, **settings):
-    collector = RolloutCollector(tokenizer, **{"max_turns": 5, "max_actions_per_turn": 2, **settings})
+    defaults = {"max_turns": 5, "max_actions_per_turn": 2, "prefill_opening_tag": False}
+    collector = RolloutCollector(tokenizer, **{**defaults, **settings})
     tasks = tasks or [{"task_id": "t0", "seed": 0, "start": 0, "target": 2}] * len(responses)
     generator = ScriptedGenerator(tokenizer, responses, eos=eos)
     trajectories = collector.collect([CounterEnv() for _ in tasks], tasks, generator)
@@ -125,7 +126,7 @@ def test_reset_failure_is_an_env_error_not_a_crash(tiny_tokenizer):
         def reset(self, *, seed=None, options=None):
             raise ValueError("no such level")
 
-    collector = RolloutCollector(tiny_tokenizer)
+    collector = RolloutCollector(tiny_tokenizer, prefill_opening_tag=False)
     generator = ScriptedGenerator(tiny_tokenizer, {1: [GOOD_1, GOOD_2]})
     task = {"task_id": "t", "seed": 0, "start": 0, "target": 2}
     broken, healthy = collector.collect([BrokenReset(), CounterEnv()], [task, task], generator)
@@ -151,7 +152,7 @@ def test_action_budget_truncates(tiny_tokenizer):
 
 
 def test_context_budget_truncates_gracefully(tiny_tokenizer):
-    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2)
+    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2, prefill_opening_tag=False)
     task = {"task_id": "t", "seed": 0, "start": 0, "target": 5}
     prompt_length = len(collector._start(CounterEnv(), task, 0)[0].token_ids)
     limit = prompt_length + 30
@@ -167,3 +168,29 @@ def test_trajectories_round_trip_through_a_dataset(tiny_tokenizer):
     trajectories, _ = collect(tiny_tokenizer, {0: ["bad", GOOD_1, GOOD_2], 1: ["<think>x</think><answer>boom</answer>"]})
     restored = dataset_to_trajectories(trajectories_to_dataset(trajectories))
     assert restored == trajectories
+
+
+def test_prefilled_opening_tag_is_template_and_part_of_the_parsed_text(tiny_tokenizer):
+    tok = tiny_tokenizer
+    (trajectory,), generator = collect(tok, {0: ["up</think><answer>inc</answer>"] * 2}, prefill_opening_tag=True)
+    think = ids(tok, "<think>")
+    prompt_end = trajectory.prompt_length
+    assert trajectory.token_ids[prompt_end : prompt_end + len(think)] == think
+    assert trajectory.segments[prompt_end : prompt_end + len(think)] == [int(Segment.TEMPLATE)] * len(think)
+    assert all(context[-len(think) :] == think for call in generator.calls for context in call.values())
+    first = trajectory.turns[0]
+    assert first.format_ok and first.thinking == "up" and first.response == "<think>up</think><answer>inc</answer>"
+    response = trajectory.segments[first.response_start : first.response_end]
+    n_thinking = len(ids(tok, "up</think>"))
+    assert response == [int(Segment.THINKING)] * n_thinking + [int(Segment.ACTION)] * (len(response) - n_thinking)
+    assert trajectory.success
+
+
+def test_text_after_the_answer_is_cut_off(tiny_tokenizer):
+    tok = tiny_tokenizer
+    rambling = "<think>up</think><answer>inc</answer> and then I also say more things"
+    (trajectory,), _ = collect(tok, {0: [rambling, GOOD_2]})
+    first = trajectory.turns[0]
+    assert first.format_ok and first.response == GOOD_1
+    assert trajectory.token_ids[first.response_start : first.response_end] == ids(tok, GOOD_1)
+    assert trajectory.success  # the cut response still acted

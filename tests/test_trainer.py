@@ -6,8 +6,9 @@ from datasets import Dataset
 from trl_starpo import StarPOConfig, StarPOTrainer
 from trl_starpo.trajectory import Segment
 
-GOOD = "<think>go</think><answer>inc</answer>"
-BAD = "<think>go</think><answer>dec</answer>"
+# The collector prefills "<think>", so scripted responses continue from inside it.
+GOOD = "go</think><answer>inc</answer>"
+BAD = "go</think><answer>dec</answer>"
 
 
 def counter_tasks(n=4):

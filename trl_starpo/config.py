@@ -41,6 +41,13 @@ class StarPOConfig(GRPOConfig):
     enable_thinking: bool = field(
         default=True, metadata={"help": "Ask for <think>…</think> before <answer>…</answer>."}
     )
+    prefill_opening_tag: bool = field(
+        default=True,
+        metadata={
+            "help": "Start every response with <think> (<answer> without thinking) as prompt tokens; small models "
+            "rarely open the format on their own."
+        },
+    )
     format_penalty: float = field(
         default=-0.1, metadata={"help": "Reward added to a turn whose response is malformed (should be <= 0)."}
     )

@@ -145,6 +145,24 @@ class StarPOTrainer(GRPOTrainer):
             )
             return self.collector.collect(self._environment_pool(len(tasks)), tasks, generator, groups)
 
+    def evaluate_episodes(self, tasks, num_episodes: int | None = None) -> dict[str, float]:
+        """Play one episode per task (the first ``num_episodes`` rows of ``tasks``) and average the rollout stats.
+
+        Episodes are shared out across processes and the statistics gathered, so every process returns the same
+        figures (``success``, ``return``, ``format_error_rate``, ...; see ``rollout.metrics.STAT_NAMES``).
+        """
+        rows = [dict(row) for row in tasks]
+        rows = rows[:num_episodes] if num_episodes is not None else rows
+        local = list(range(self.accelerator.process_index, len(rows), self.accelerator.num_processes))
+        was_training = self.model.training
+        self.model.eval()
+        trajectories = self.collect_trajectories([rows[i] for i in local], local) if local else []
+        self.model.train(was_training)
+        stats = gather_object([trajectory_stats(t) for t in trajectories])
+        if not stats:
+            return {name: float("nan") for name in STAT_NAMES}
+        return {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*stats))}
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         device = self.accelerator.device
         mode = "train" if self.model.training else "eval"

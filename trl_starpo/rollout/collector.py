@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..envs import Environment
 from ..trajectory import Segment, Trajectory, Turn
 from .generation import GenerationBackend
-from .parsing import format_instructions, parse_response
+from .parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_OPEN, ParsedResponse, format_instructions, parse_response
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class RolloutCollector:
         max_context_length: Tokens per trajectory, prompt included (``"context"``).
         format_penalty: Added to a turn's reward when its response is malformed.
         action_separator: Separator between actions in one answer.
+        prefill_opening_tag: Start every response with ``<think>`` (``<answer>`` without thinking) as template
+            tokens, so the model continues inside the format; small models rarely open it on their own.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class RolloutCollector:
         max_context_length: int = 2048,
         format_penalty: float = -0.1,
         action_separator: str = "||",
+        prefill_opening_tag: bool = True,
     ):
         self.tokenizer = tokenizer
         self.enable_thinking = enable_thinking
@@ -95,6 +98,8 @@ class RolloutCollector:
         self.format_penalty = format_penalty
         self.action_separator = action_separator
         self.glue = ChatGlue.from_tokenizer(tokenizer)
+        self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
+        self.response_prefix_ids = tokenizer(self.response_prefix, add_special_tokens=False)["input_ids"]
         self.eos_token_ids = {tokenizer.eos_token_id}
 
     @classmethod
@@ -110,6 +115,7 @@ class RolloutCollector:
             max_context_length=args.max_context_length,
             format_penalty=args.format_penalty,
             action_separator=args.action_separator,
+            prefill_opening_tag=args.prefill_opening_tag,
         )
 
     def collect(
@@ -180,22 +186,44 @@ class RolloutCollector:
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         trajectory.append(self.tokenizer(prompt, add_special_tokens=False)["input_ids"], Segment.PROMPT)
         trajectory.prompt_length = len(trajectory.token_ids)
+        trajectory.append(self.response_prefix_ids, Segment.TEMPLATE)
         return trajectory, observation
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
-    def _label_response(self, ids: list[int], thinking_end: int) -> list[int]:
-        """Label the tokens before the one that completes ``</think>`` as thinking, the rest as action."""
+    def _tokens_covering(self, ids: list[int], num_chars: int) -> int:
+        """The fewest leading tokens of ``ids`` whose decoded text is at least ``num_chars`` long."""
         lo, hi = 0, len(ids)
-        if thinking_end > 0:
-            while lo < hi:  # smallest prefix whose text reaches past </think>
-                mid = (lo + hi) // 2
-                if len(self._decode(ids[:mid])) >= thinking_end:
-                    hi = mid
-                else:
-                    lo = mid + 1
-        return [int(Segment.THINKING)] * lo + [int(Segment.ACTION)] * (len(ids) - lo)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if len(self._decode(ids[:mid])) >= num_chars:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _read_response(self, response_ids: list[int]) -> tuple[list[int], str, ParsedResponse, list[int]]:
+        """Cut the response after its first ``</answer>``, parse it, and label its tokens.
+
+        Tokens before the one that completes ``</think>`` are thinking, the rest action. The prefilled opening tag
+        is part of the parsed text but not of the response tokens.
+        """
+        prefix = self.response_prefix
+        text = prefix + self._decode(response_ids)
+        close = text.find(ANSWER_CLOSE)
+        if close >= 0 and close + len(ANSWER_CLOSE) < len(text):
+            response_ids = response_ids[: self._tokens_covering(response_ids, close + len(ANSWER_CLOSE) - len(prefix))]
+            text = prefix + self._decode(response_ids)
+        parsed = parse_response(
+            text,
+            enable_thinking=self.enable_thinking,
+            max_actions=self.max_actions_per_turn,
+            separator=self.action_separator,
+        )
+        thinking = self._tokens_covering(response_ids, parsed.thinking_end - len(prefix)) if parsed.thinking_end else 0
+        labels = [int(Segment.THINKING)] * thinking + [int(Segment.ACTION)] * (len(response_ids) - thinking)
+        return response_ids, text, parsed, labels
 
     def _play_turn(
         self,
@@ -207,15 +235,9 @@ class RolloutCollector:
         index: int,
     ) -> str | None:
         """Append one response, step its actions, and append the next observation; returns that observation."""
-        text = self._decode(response_ids)
-        parsed = parse_response(
-            text,
-            enable_thinking=self.enable_thinking,
-            max_actions=self.max_actions_per_turn,
-            separator=self.action_separator,
-        )
+        response_ids, text, parsed, labels = self._read_response(response_ids)
         start = len(trajectory.token_ids)
-        trajectory.append(response_ids, self._label_response(response_ids, parsed.thinking_end))
+        trajectory.append(response_ids, labels)
         turn = Turn(
             observation=last_observation,
             response=text,
@@ -240,13 +262,14 @@ class RolloutCollector:
         ended = bool(response_ids) and response_ids[-1] in self.eos_token_ids
         glue = self.glue.open_turn if ended else self.glue.close_turn
         observation_ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
-        chunk = len(glue) + len(observation_ids) + len(self.glue.to_response)
+        opening = self.glue.to_response + self.response_prefix_ids
+        chunk = len(glue) + len(observation_ids) + len(opening)
         if len(trajectory.token_ids) + chunk >= self.max_context_length:
             trajectory.truncation = "context"
             return None
         trajectory.append(glue, Segment.TEMPLATE)
         trajectory.append(observation_ids, Segment.OBSERVATION)
-        trajectory.append(self.glue.to_response, Segment.TEMPLATE)
+        trajectory.append(opening, Segment.TEMPLATE)
         return observation
 
     def _step_actions(

@@ -12,7 +12,17 @@ import copy
 from typing import Protocol
 
 import torch
-from transformers import GenerationConfig
+from transformers import (
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessorList,
+    MinNewTokensLengthLogitsProcessor,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 
 class GenerationBackend(Protocol):
@@ -63,6 +73,168 @@ class TransformersGenerator:
         )
         new_tokens = output[:, width:].tolist()
         return {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(keys, new_tokens)}
+
+
+class CachedTransformersGenerator:
+    """Batched sampling that keeps every trajectory's KV cache across the turns of one collection.
+
+    The first call after :meth:`reset` left-pads the contexts and prefills them once. Each later call checks that
+    every context extends what its cache row already holds (its earlier context and the tokens fed back while
+    decoding) and feeds only the rest: typically the end of the last response and the appended observation. These
+    suffixes differ in length, so they go in as one right-aligned chunk whose padding sits inside the sequence,
+    masked out by the 2-D attention mask, with position ids that count only attended tokens; each row thus sees
+    exactly the sequence a fresh forward pass over its context would. Rows missing from a call are dropped from the
+    cache. A context that does not extend its cached row, or a key the cache has not seen, makes the whole batch
+    re-prefill from scratch, so the result never depends on the cache being reusable.
+
+    Decoding is a token-by-token loop honouring ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
+    ``repetition_penalty`` and ``min_new_tokens`` of the generation config; other logits processors are not
+    applied. A row stops at an end-of-turn token or after ``max_new_tokens``; a row that stopped is fed masked-out
+    padding until the whole batch is done.
+
+    Padding inside the sequence shifts cache slots against positions, so models with sliding-window attention
+    (which windows over slots) are only exact while no padding falls inside a window; full-attention models are exact.
+
+    Args:
+        model: A causal LM (already unwrapped from any distributed wrapper) whose forward accepts a ``cache``.
+        pad_token_id: Fills padding; it is never attended to.
+        eos_token_ids: Tokens that end a turn.
+        generation_config: Sampling settings (temperature, top_p, ...); ``max_new_tokens`` is set per call.
+    """
+
+    def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], generation_config=None):
+        self.model = model
+        self.pad_token_id = pad_token_id
+        self.eos_token_ids = list(eos_token_ids)
+        self.generation_config = copy.deepcopy(generation_config) if generation_config else GenerationConfig(do_sample=True)
+        if (self.generation_config.num_beams or 1) > 1:
+            raise ValueError("CachedTransformersGenerator samples one sequence per context; set num_beams=1.")
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every cached row; the next call prefills its contexts from scratch."""
+        self._cache: DynamicCache | None = None
+        self._keys: list[int] = []
+        # One row per cached trajectory, one column per cache slot: the token fed there, and whether it is part of
+        # the row's sequence (0 for padding).
+        self._ids: torch.Tensor | None = None
+        self._mask: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def generate(self, contexts: dict[int, list[int]], max_new_tokens: int) -> dict[int, list[int]]:
+        """Sample the next turn of every context; returns each key's new tokens, cut after the first end-of-turn."""
+        if not contexts or max_new_tokens < 1:
+            return {key: [] for key in contexts}
+        suffixes = self._reuse_cache(contexts)
+        if suffixes is None:
+            self.reset()
+            suffixes = [contexts[key] for key in contexts]
+        self._keys = list(contexts)
+        new_tokens = self._decode(suffixes, max_new_tokens)
+        return {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(self._keys, new_tokens)}
+
+    def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
+        """Keep the cache rows of ``contexts``, in their order, and return what each context adds to its row.
+
+        Returns ``None``, leaving the cache untouched, when some context is not a strict extension of a cached row.
+        """
+        if self._cache is None or any(key not in self._keys for key in contexts):
+            return None
+        rows = [self._keys.index(key) for key in contexts]
+        suffixes = []
+        for row, key in zip(rows, contexts):
+            held = self._ids[row][self._mask[row].bool()].tolist()
+            context = contexts[key]
+            if len(context) <= len(held) or context[: len(held)] != held:
+                return None
+            suffixes.append(context[len(held) :])
+        if rows != list(range(len(self._keys))):
+            index = torch.tensor(rows, device=self._ids.device)
+            self._cache.batch_select_indices(index)
+            self._ids, self._mask = self._ids[index], self._mask[index]
+        return suffixes
+
+    def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row (padding after a stop)."""
+        device = self.model.device
+        width = max(len(suffix) for suffix in suffixes)
+        chunk = torch.full((len(suffixes), width), self.pad_token_id, dtype=torch.long)
+        chunk_mask = torch.zeros((len(suffixes), width), dtype=torch.long)
+        for row, suffix in enumerate(suffixes):
+            chunk[row, width - len(suffix) :] = torch.tensor(suffix)
+            chunk_mask[row, width - len(suffix) :] = 1
+        chunk, chunk_mask = chunk.to(device), chunk_mask.to(device)
+        if self._cache is None:
+            self._cache = DynamicCache(config=self.model.config)
+            ids, mask = chunk, chunk_mask
+        else:
+            ids, mask = torch.cat([self._ids, chunk], dim=1), torch.cat([self._mask, chunk_mask], dim=1)
+        positions = (mask.cumsum(dim=1)[:, -width:] - 1).clamp(min=0)
+        logits = self._forward(chunk, mask, positions)
+        if self._cache.get_seq_length() != ids.shape[1]:
+            raise RuntimeError(
+                "The model did not fill the KV cache passed as `cache`; CachedTransformersGenerator needs a model "
+                "(and transformers version) whose forward takes `cache=` and `use_cache=True`."
+            )
+
+        processors = self._logits_processors(prompt_width=ids.shape[1], device=device)
+        eos = torch.tensor(self.eos_token_ids, device=device)
+        lengths = mask.sum(dim=1)
+        finished = torch.zeros(len(suffixes), dtype=torch.bool, device=device)
+        sampled = []
+        for step in range(max_new_tokens):
+            # Repeating a row's last token over its padding keeps the padding out of the repetition penalty.
+            seen = torch.where(mask.bool(), ids, ids[:, -1:])
+            next_tokens = self._pick(processors(seen, logits)).masked_fill(finished, self.pad_token_id)
+            sampled.append(next_tokens)
+            real = ~finished
+            finished = finished | torch.isin(next_tokens, eos)
+            if finished.all() or step == max_new_tokens - 1:
+                break
+            ids = torch.cat([ids, next_tokens[:, None]], dim=1)
+            mask = torch.cat([mask, real[:, None].long()], dim=1)
+            logits = self._forward(next_tokens[:, None], mask, lengths[:, None])
+            lengths = lengths + real
+        self._ids, self._mask = ids, mask
+        return torch.stack(sampled, dim=1).tolist()
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Run ``input_ids`` through the model on top of the cache; returns the last position's logits in float32."""
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self._cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return output.logits[:, -1, :].float()
+
+    def _logits_processors(self, prompt_width: int, device) -> LogitsProcessorList:
+        """The processors ``model.generate`` would build from the supported settings, in the same order."""
+        config = self.generation_config
+        processors = LogitsProcessorList()
+        if config.repetition_penalty is not None and config.repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
+        if config.min_new_tokens:
+            processors.append(
+                MinNewTokensLengthLogitsProcessor(prompt_width, config.min_new_tokens, self.eos_token_ids, device=device)
+            )
+        if config.do_sample:
+            if config.temperature is not None and config.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(config.temperature))
+            if config.top_k:
+                processors.append(TopKLogitsWarper(config.top_k))
+            if config.top_p is not None and config.top_p < 1.0:
+                processors.append(TopPLogitsWarper(config.top_p))
+            if config.min_p is not None:
+                processors.append(MinPLogitsWarper(config.min_p))
+        return processors
+
+    def _pick(self, scores: torch.Tensor) -> torch.Tensor:
+        if self.generation_config.do_sample:
+            return torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)
+        return scores.argmax(dim=-1)
 
 
 def cut_at_eos(tokens: list[int], eos_token_ids: list[int]) -> list[int]:
