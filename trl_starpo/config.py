@@ -64,9 +64,12 @@ class StarPOConfig(GRPOConfig):
 
     def __post_init__(self):
         self.max_completion_length = self.max_context_length
-        if self.bf16 is None and not self.fp16:
-            # TRL turns bf16 on by default, which transformers refuses on a machine without a GPU.
-            self.bf16 = torch.cuda.is_available()
+        if not torch.accelerator.is_available():
+            # Without an accelerator, transformers only sets up the process group that `accelerate launch` started
+            # (several CPU processes over gloo) when use_cpu is on; and it refuses TRL's default bf16 there.
+            self.use_cpu = True
+            if self.bf16 is None and not self.fp16:
+                self.bf16 = False
         super().__post_init__()
         self._validate_starpo_fields()
 

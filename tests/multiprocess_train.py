@@ -1,0 +1,70 @@
+"""Run by test_multiprocess.py under `accelerate launch --multi_gpu --num_processes 2`: trains a few StarPO steps
+with one task group split across the two ranks, and writes what each rank saw and ended with."""
+
+import hashlib
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from conftest import CounterEnv
+from datasets import Dataset
+
+from trl_starpo import StarPOConfig, StarPOTrainer
+
+
+def main(model_dir: str, output_dir: str) -> None:
+    tasks = Dataset.from_list([{"task_id": f"t{i}", "seed": i, "start": 0, "target": 2} for i in range(8)])
+    args = StarPOConfig(
+        output_dir=output_dir,
+        num_generations=8,  # one group of 8 spans both ranks (4 each)
+        per_device_train_batch_size=4,
+        max_steps=3,
+        max_turns=3,
+        max_tokens_per_turn=16,
+        max_context_length=512,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        gradient_checkpointing=False,
+        seed=0,
+    )
+    trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
+    advantages = []
+    original = trainer._generate_and_score_completions
+
+    def record(inputs):
+        output = original(inputs)
+        mask = output["tool_mask"].bool()
+        advantages.append([row[m][0].item() for row, m in zip(output["advantages"], mask)])
+        return output
+
+    trainer._generate_and_score_completions = record
+    trainer.train()
+    digest = hashlib.sha256()
+    for name, parameter in sorted(trainer.model.named_parameters()):
+        digest.update(name.encode())
+        digest.update(parameter.detach().cpu().numpy().tobytes())
+    rank = trainer.accelerator.process_index
+    record = {
+        "world_size": trainer.accelerator.num_processes,
+        "weights": digest.hexdigest(),
+        "returns": [t.episode_return for t in trainer.last_trajectories],
+        "task_ids": [t.task_id for t in trainer.last_trajectories],
+        "groups": [t.group for t in trainer.last_trajectories],
+        "advantages": advantages[-1],
+        "changed": not torch.equal(
+            trainer.model.get_input_embeddings().weight.detach().cpu(),
+            type(trainer.model).from_pretrained(model_dir).get_input_embeddings().weight,
+        ),
+    }
+    with open(f"{output_dir}/rank{rank}.json", "w") as handle:
+        json.dump(record, handle)
+    trainer.accelerator.wait_for_everyone()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,38 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trl_starpo.algorithms.advantages import group_relative_advantages
+
+HERE = Path(__file__).parent
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_share_group_statistics_and_end_with_identical_weights(tmp_path, tiny_agent_dir):
+    launcher = Path(sys.executable).with_name("accelerate")
+    command = [
+        str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+        str(HERE / "multiprocess_train.py"), tiny_agent_dir, str(tmp_path),
+    ]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+
+    assert rank0["world_size"] == rank1["world_size"] == 2
+    assert rank0["changed"] and rank1["changed"]
+    assert rank0["weights"] == rank1["weights"]
+    # One task group of 8 rollouts, split 4 and 4 across the ranks ...
+    assert len(set(rank0["task_ids"] + rank1["task_ids"])) == 1
+    assert rank0["groups"] == rank1["groups"] == [0] * 4
+    # ... normalized with the returns of both ranks, not each rank's half.
+    returns = torch.tensor(rank0["returns"] + rank1["returns"])
+    expected = group_relative_advantages(returns, group_size=8)
+    assert rank0["advantages"] + rank1["advantages"] == pytest.approx(expected.tolist(), abs=1e-5)
