@@ -53,6 +53,18 @@ def load_tasks(name: str, split: str | None = None, source: str | None = None):
     return environment_module(name).load_tasks(split=split, source=source)
 
 
+def write_task_split(data_dir: str | Path, split: str, rows: list[dict[str, Any]]) -> Path:
+    """Write one split of task rows as ``<data_dir>/<split>.jsonl``, the layout ``load_task_dataset`` reads."""
+    import json
+
+    if split not in SPLITS:
+        raise ValueError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
+    path = Path(data_dir) / f"{split}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
 def load_task_dataset(data_dir: str | Path, split: str | None = None, source: str | None = None):
     """Load an environment's task instances with ``datasets.load_dataset``.
 

@@ -13,14 +13,13 @@ A task is fixed by its seed: the pair of names and the order the two arms are sh
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset
+from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
 
 __all__ = [
     "ARM_NAME_PAIRS",
@@ -218,11 +217,8 @@ def generate_tasks(
 
 def write_tasks(out_dir: str | Path = DATA_DIR, sizes: dict[str, int] = SPLIT_SIZES) -> None:
     """Write ``<split>.jsonl`` for each split in ``sizes`` to ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     for split, size in sizes.items():
-        lines = (json.dumps(row) + "\n" for row in generate_tasks(split, size))
-        (out_dir / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
+        write_task_split(out_dir, split, generate_tasks(split, size))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -12,7 +12,6 @@ the target and the combination is the stored ``solution``, so every puzzle is so
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset
+from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
 
 __all__ = [
     "CountdownEnv",
@@ -366,11 +365,8 @@ def generate_tasks(split: str, size: int, **params: int) -> list[dict[str, Any]]
 
 def write_tasks(out_dir: str | Path = DATA_DIR, sizes: dict[str, int] = SPLIT_SIZES, **params: int) -> None:
     """Write ``<split>.jsonl`` for each split in ``sizes`` to ``out_dir``; ``params`` go to ``make_task``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     for split, size in sizes.items():
-        lines = (json.dumps(row) + "\n" for row in generate_tasks(split, size, **params))
-        (out_dir / f"{split}.jsonl").write_text("".join(lines), encoding="utf-8")
+        write_task_split(out_dir, split, generate_tasks(split, size, **params))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -9,7 +9,6 @@ and are rebuilt with ``python -m starpo_frozenlake``.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium.envs.toy_text import frozen_lake
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset
+from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
 
 __all__ = ["FrozenLakeEnv", "generate_tasks", "load_environment", "load_tasks", "main", "render"]
 
@@ -171,7 +170,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     for split, size in SPLIT_SIZES.items():
         parser.add_argument(f"--{split}-size", type=int, default=size)
     args = parser.parse_args(argv)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     for split, first_seed in SPLIT_FIRST_SEEDS.items():
         tasks = generate_tasks(
             split,
@@ -181,6 +179,5 @@ def main(argv: Sequence[str] | None = None) -> None:
             p=args.p,
             is_slippery=args.is_slippery,
         )
-        path = args.out_dir / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks), encoding="utf-8")
+        path = write_task_split(args.out_dir, split, tasks)
         print(f"wrote {len(tasks)} tasks to {path}")

@@ -9,7 +9,6 @@ its optimal solution length is known exactly. The shipped task splits live in ``
 from __future__ import annotations
 
 import argparse
-import json
 from collections import deque
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset
+from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
 
 __all__ = [
     "Room",
@@ -388,7 +387,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     for split, size in SPLIT_SIZES.items():
         parser.add_argument(f"--{split}-size", type=int, default=size)
     args = parser.parse_args(argv)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
     seen: set[tuple[str, ...]] = set()
     for split, first_seed in SPLIT_FIRST_SEEDS.items():
         tasks = generate_tasks(
@@ -401,6 +399,5 @@ def main(argv: Sequence[str] | None = None) -> None:
             search_depth=args.search_depth,
         )
         seen.update(tuple(task["room"]) for task in tasks)
-        path = args.out_dir / f"{split}.jsonl"
-        path.write_text("".join(json.dumps(task, ensure_ascii=False) + "\n" for task in tasks), encoding="utf-8")
+        path = write_task_split(args.out_dir, split, tasks)
         print(f"wrote {len(tasks)} tasks to {path}")
