@@ -22,7 +22,8 @@ from .algorithms.advantages import group_relative_advantages, token_advantages
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
 from .rollout.collector import RolloutCollector
-from .rollout.generation import TransformersGenerator
+from .rollout.generation import CachedTransformersGenerator
+from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import STAT_NAMES, trajectory_stats
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
@@ -137,11 +138,13 @@ class StarPOTrainer(GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            generator = TransformersGenerator(
+            generator = CachedTransformersGenerator(
                 unwrapped_model,
                 pad_token_id=self._tokenizer.pad_token_id,
                 eos_token_ids=self.eos_token_ids,
                 generation_config=self.generation_config,
+                stop_strings=[ANSWER_CLOSE],  # nothing after </answer> is used, so it is not generated
+                tokenizer=self._tokenizer,
             )
             return self.collector.collect(self._environment_pool(len(tasks)), tasks, generator, groups)
 

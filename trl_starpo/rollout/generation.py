@@ -89,8 +89,8 @@ class CachedTransformersGenerator:
 
     Decoding is a token-by-token loop honouring ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
     ``repetition_penalty`` and ``min_new_tokens`` of the generation config; other logits processors are not
-    applied. A row stops at an end-of-turn token or after ``max_new_tokens``; a row that stopped is fed masked-out
-    padding until the whole batch is done.
+    applied. A row stops at an end-of-turn token, once its new tokens contain one of ``stop_strings``, or after
+    ``max_new_tokens``; a row that stopped is fed masked-out padding until the whole batch is done.
 
     Padding inside the sequence shifts cache slots against positions, so models with sliding-window attention
     (which windows over slots) are only exact while no padding falls inside a window; full-attention models are exact.
@@ -100,15 +100,32 @@ class CachedTransformersGenerator:
         pad_token_id: Fills padding; it is never attended to.
         eos_token_ids: Tokens that end a turn.
         generation_config: Sampling settings (temperature, top_p, ...); ``max_new_tokens`` is set per call.
+        stop_strings: Texts that end a turn as soon as they are generated (the stop text is kept).
+        tokenizer: Decodes new tokens to look for ``stop_strings``; required with them.
     """
 
-    def __init__(self, model, *, pad_token_id: int, eos_token_ids: list[int], generation_config=None):
+    def __init__(
+        self,
+        model,
+        *,
+        pad_token_id: int,
+        eos_token_ids: list[int],
+        generation_config=None,
+        stop_strings: list[str] | tuple[str, ...] = (),
+        tokenizer=None,
+    ):
         self.model = model
         self.pad_token_id = pad_token_id
         self.eos_token_ids = list(eos_token_ids)
-        self.generation_config = copy.deepcopy(generation_config) if generation_config else GenerationConfig(do_sample=True)
+        self.generation_config = copy.deepcopy(generation_config or GenerationConfig(do_sample=True))
         if (self.generation_config.num_beams or 1) > 1:
             raise ValueError("CachedTransformersGenerator samples one sequence per context; set num_beams=1.")
+        if stop_strings and tokenizer is None:
+            raise ValueError("stop_strings need the tokenizer to decode new tokens.")
+        self.stop_strings = tuple(stop_strings)
+        self.tokenizer = tokenizer
+        # A stop string spans at most one token per character, plus one for a token that straddles its start.
+        self._stop_window = max((len(stop) for stop in self.stop_strings), default=0) + 1
         self.reset()
 
     def reset(self) -> None:
@@ -130,7 +147,11 @@ class CachedTransformersGenerator:
             self.reset()
             suffixes = [contexts[key] for key in contexts]
         self._keys = list(contexts)
-        new_tokens = self._decode(suffixes, max_new_tokens)
+        try:
+            new_tokens = self._decode(suffixes, max_new_tokens)
+        except BaseException:
+            self.reset()  # the cache may hold tokens that were never recorded
+            raise
         return {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(self._keys, new_tokens)}
 
     def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
@@ -189,6 +210,8 @@ class CachedTransformersGenerator:
             sampled.append(next_tokens)
             real = ~finished
             finished = finished | torch.isin(next_tokens, eos)
+            if self.stop_strings:
+                finished = finished | self._stopped(sampled, real)
             if finished.all() or step == max_new_tokens - 1:
                 break
             ids = torch.cat([ids, next_tokens[:, None]], dim=1)
@@ -218,7 +241,9 @@ class CachedTransformersGenerator:
             processors.append(RepetitionPenaltyLogitsProcessor(config.repetition_penalty))
         if config.min_new_tokens:
             processors.append(
-                MinNewTokensLengthLogitsProcessor(prompt_width, config.min_new_tokens, self.eos_token_ids, device=device)
+                MinNewTokensLengthLogitsProcessor(
+                    prompt_width, config.min_new_tokens, self.eos_token_ids, device=device
+                )
             )
         if config.do_sample:
             if config.temperature is not None and config.temperature != 1.0:
@@ -230,6 +255,15 @@ class CachedTransformersGenerator:
             if config.min_p is not None:
                 processors.append(MinPLogitsWarper(config.min_p))
         return processors
+
+    def _stopped(self, sampled: list[torch.Tensor], live: torch.Tensor) -> torch.Tensor:
+        """Which live rows' latest tokens complete a stop string."""
+        tails = torch.stack(sampled[-self._stop_window :], dim=1).tolist()
+        hits = [
+            is_live and any(stop in self.tokenizer.decode(tail) for stop in self.stop_strings)
+            for tail, is_live in zip(tails, live.tolist())
+        ]
+        return torch.tensor(hits, device=live.device)
 
     def _pick(self, scores: torch.Tensor) -> torch.Tensor:
         if self.generation_config.do_sample:

@@ -1,0 +1,280 @@
+"""Multi-turn rollout throughput on SmolLM2-135M-Instruct, and the peak memory of one LoRA training step.
+
+The workload is synthetic so that every path does exactly the same token work: each of ``--trajectories`` rows
+starts from the same Sokoban prompt, generates exactly ``--new-tokens`` tokens a turn (the end-of-turn token is
+held back with ``min_new_tokens``) and, after every turn but the last, gets exactly ``--observation-tokens`` tokens
+of a rendered Sokoban grid appended. Three paths are timed, interleaved, after a warm-up:
+
+- necessary: one ``model.generate`` call producing all turns' tokens of a row in one go, plus one forward pass over
+  all the appended observation tokens, at the same batch size: the least token work a multi-turn loop can do.
+- naive: ``TransformersGenerator``, which re-prefills every row's whole history each turn.
+- cached: ``CachedTransformersGenerator``, which keeps the KV cache across turns.
+
+With ``--train-step``, the peak RSS of one ``StarPOTrainer`` step (LoRA, gradient checkpointing, Sokoban, the same
+number of trajectories, turns and tokens a turn) is measured too, in a subprocess so that the benchmark's own memory
+does not count. Figures are printed and appended to ``RESULTS.md`` beside this file.
+
+Usage: ``python benchmarks/rollout.py`` (about 8 minutes on 2 CPU cores; ``--train-step`` adds about 8 more) or
+``--quick`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
+
+from trl_starpo import load_environment, load_tasks, resolve_model_path  # noqa: E402
+from trl_starpo.rollout.generation import CachedTransformersGenerator, TransformersGenerator  # noqa: E402
+
+RESULTS = Path(__file__).with_name("RESULTS.md")
+PATHS = ("necessary", "naive", "cached")
+
+
+@dataclass(frozen=True)
+class Workload:
+    trajectories: int
+    turns: int
+    new_tokens: int
+    observation_tokens: int
+
+    @property
+    def env_steps(self) -> int:
+        return self.trajectories * self.turns
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.env_steps * self.new_tokens
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trajectories", type=int, default=16)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=40, help="Tokens generated per turn.")
+    parser.add_argument("--observation-tokens", type=int, default=60, help="Tokens appended after each turn.")
+    parser.add_argument("--repeats", type=int, default=2, help="Timed runs of each path (the median is reported).")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+    parser.add_argument("--quick", action="store_true", help="A small run (8 rows, 3 turns, 1 repeat) to smoke-test.")
+    parser.add_argument("--train-step", action="store_true", help="Also measure one training step's peak RSS.")
+    parser.add_argument("--no-record", action="store_true", help=f"Print only; do not append to {RESULTS.name}.")
+    parser.add_argument("--train-step-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.trajectories, args.turns, args.new_tokens, args.observation_tokens, args.repeats = 8, 3, 16, 30, 1
+    return args
+
+
+def sokoban_prompt_and_observation(tokenizer, observation_tokens: int) -> tuple[list[int], list[int]]:
+    """The chat-template prompt of a Sokoban episode, and exactly ``observation_tokens`` tokens of grid text."""
+    env = load_environment("sokoban")
+    task = load_tasks("sokoban", split="train")[0]
+    grid, _ = env.reset(seed=task.get("seed"), options={"task": task})
+    messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": grid}]
+    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    grid_ids = tokenizer(grid + "\n", add_special_tokens=False)["input_ids"]
+    repeats = -(-observation_tokens // len(grid_ids))
+    return prompt_ids, (grid_ids * repeats)[:observation_tokens]
+
+
+def run_necessary(model, prompt: list[int], observation: list[int], workload: Workload, config) -> None:
+    """All turns' tokens in one ``generate`` call, plus one forward pass over all appended observation tokens."""
+    input_ids = torch.tensor([prompt] * workload.trajectories)
+    total = workload.turns * workload.new_tokens
+    config = copy.deepcopy(config)
+    config.min_new_tokens = config.max_new_tokens = total
+    output = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config)
+    assert output.shape[1] == len(prompt) + total
+    observations = torch.tensor([observation * (workload.turns - 1)] * workload.trajectories)
+    with torch.no_grad():
+        model(input_ids=observations, logits_to_keep=1)
+
+
+def run_multi_turn(generator, prompt: list[int], observation: list[int], workload: Workload) -> None:
+    """The rollout loop the collector runs, with fixed-size responses and observations."""
+    generator.reset()
+    contexts = {row: list(prompt) for row in range(workload.trajectories)}
+    for turn in range(workload.turns):
+        responses = generator.generate(contexts, workload.new_tokens)
+        assert all(len(response) == workload.new_tokens for response in responses.values())
+        if turn < workload.turns - 1:
+            contexts = {row: contexts[row] + responses[row] + observation for row in contexts}
+
+
+def path_runs(model, tokenizer, prompt: list[int], observation: list[int], workload: Workload) -> dict:
+    """One zero-argument callable per path, each running ``workload`` once."""
+    config = GenerationConfig(do_sample=True, temperature=1.0, min_new_tokens=workload.new_tokens)
+    settings = dict(
+        pad_token_id=tokenizer.pad_token_id, eos_token_ids=[tokenizer.eos_token_id], generation_config=config
+    )
+    return {
+        "necessary": lambda: run_necessary(model, prompt, observation, workload, config),
+        "naive": lambda: run_multi_turn(TransformersGenerator(model, **settings), prompt, observation, workload),
+        "cached": lambda: run_multi_turn(CachedTransformersGenerator(model, **settings), prompt, observation, workload),
+    }
+
+
+def time_paths(
+    model, tokenizer, prompt: list[int], observation: list[int], workload: Workload, repeats: int
+) -> dict[str, list[float]]:
+    """Seconds of each run of each path; the paths take turns so that a slow spell of the machine hits them alike."""
+    # The first calls are several times slower (allocator and kernel warm-up); a small two-turn run warms every path.
+    warm_up = Workload(workload.trajectories, 2, 4, workload.observation_tokens)
+    for run in path_runs(model, tokenizer, prompt, observation, warm_up).values():
+        run()
+    runs = path_runs(model, tokenizer, prompt, observation, workload)
+    seconds = {path: [] for path in PATHS}
+    for repeat in range(repeats):
+        for path in PATHS:
+            torch.manual_seed(repeat)
+            start = time.perf_counter()
+            runs[path]()
+            seconds[path].append(time.perf_counter() - start)
+            print(f"  repeat {repeat + 1}/{repeats} {path:<9} {seconds[path][-1]:7.1f} s", flush=True)
+    return seconds
+
+
+def train_step(workload: Workload) -> None:
+    """Run one LoRA training step of StarPOTrainer on Sokoban and print its peak RSS and duration as JSON."""
+    from peft import LoraConfig
+
+    from trl_starpo import StarPOConfig, StarPOTrainer
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as output_dir:
+        args = StarPOConfig(
+            output_dir=output_dir,
+            num_generations=4,
+            per_device_train_batch_size=workload.trajectories,
+            max_steps=1,
+            max_turns=workload.turns,
+            max_tokens_per_turn=workload.new_tokens,
+            report_to="none",
+            gradient_checkpointing=True,
+            save_strategy="no",
+        )
+        lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        StarPOTrainer(model=resolve_model_path(), environment="sokoban", args=args, peft_config=lora).train()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+    print(json.dumps({"peak_rss_bytes": peak, "seconds": time.perf_counter() - start}))
+
+
+def measure_train_step(workload: Workload) -> dict[str, float]:
+    """One training step in a fresh interpreter, so that its peak RSS is its own."""
+    command = [sys.executable, __file__, "--train-step-child", "--trajectories", str(workload.trajectories)]
+    command += ["--turns", str(workload.turns), "--new-tokens", str(workload.new_tokens)]
+    command += ["--threads", str(torch.get_num_threads())]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"the training step failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def summarize(seconds: dict[str, list[float]], workload: Workload) -> list[dict]:
+    necessary = statistics.median(seconds["necessary"])
+    rows = []
+    for path in PATHS:
+        median = statistics.median(seconds[path])
+        rows.append(
+            {
+                "path": path,
+                "seconds": median,
+                "tokens_per_s": workload.generated_tokens / median,
+                "env_steps_per_s": workload.env_steps / median,
+                "vs_necessary": median / necessary,
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| path | seconds (median) | generated tokens/s | env-steps/s | / necessary |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['path']} | {row['seconds']:.1f} | {row['tokens_per_s']:.1f} | {row['env_steps_per_s']:.2f} "
+            f"| {row['vs_necessary']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += " with local changes"
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"commit {commit}, {os.cpu_count()} CPUs ({platform.machine()}), "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads, load average {load} at the end"
+    )
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    workload = Workload(args.trajectories, args.turns, args.new_tokens, args.observation_tokens)
+    if args.train_step_child:
+        train_step(workload)
+        return
+    path = resolve_model_path()
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+
+    prompt, observation = sokoban_prompt_and_observation(tokenizer, workload.observation_tokens)
+    print(f"{workload}, after a {len(prompt)}-token prompt", flush=True)
+    seconds = time_paths(model, tokenizer, prompt, observation, workload, args.repeats)
+    rows = summarize(seconds, workload)
+    report = [
+        f"### {datetime.date.today().isoformat()}{' (--quick)' if args.quick else ''}",
+        "",
+        f"{machine()}.",
+        f"{workload.trajectories} trajectories x {workload.turns} turns after a {len(prompt)}-token prompt, "
+        f"{workload.new_tokens} new tokens and {workload.observation_tokens} observation tokens a turn; "
+        f"medians of {args.repeats} interleaved repeats "
+        f"(raw seconds: {json.dumps({k: [round(s, 1) for s in v] for k, v in seconds.items()})}).",
+        "",
+        table(rows),
+    ]
+    if args.train_step:
+        step = measure_train_step(workload)
+        report += [
+            "",
+            f"One LoRA training step ({workload.trajectories} trajectories x up to {workload.turns} turns of "
+            f"{workload.new_tokens} tokens, Sokoban, gradient checkpointing): peak RSS "
+            f"{step['peak_rss_bytes'] / 2**30:.2f} GiB, {step['seconds']:.0f} s.",
+        ]
+    text = "\n".join(report)
+    print("\n" + text)
+    if not args.no_record:
+        with RESULTS.open("a") as results:
+            results.write("\n" + text + "\n")
+        print(f"\nappended to {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

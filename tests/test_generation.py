@@ -1,0 +1,217 @@
+import pytest
+import torch
+from conftest import CounterEnv
+from transformers import AutoModelForCausalLM, GenerationConfig
+
+from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.rollout.generation import CachedTransformersGenerator, TransformersGenerator, cut_at_eos
+
+GREEDY = GenerationConfig(do_sample=False)
+
+
+class RecordingModel:
+    """Wraps a model and keeps, for every forward call, its input ids and its last-position logits."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, **kwargs):
+        output = self.model(**kwargs)
+        self.calls.append((kwargs["input_ids"].clone(), output.logits[:, -1, :].float().clone()))
+        return output
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def tiny_agent(tiny_agent_dir):
+    """Answers a CounterEnv prompt with ``<think>go</think><answer>inc</answer>`` and an end-of-turn token."""
+    return AutoModelForCausalLM.from_pretrained(tiny_agent_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def agent_prompt(tiny_tokenizer):
+    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2)
+    return collector._start(CounterEnv(), {"task_id": "t", "seed": 0, "start": 0, "target": 2}, 0)[0].token_ids
+
+
+def generators(model, tokenizer, config=GREEDY, pad_token_id=None):
+    settings = dict(
+        pad_token_id=tokenizer.pad_token_id if pad_token_id is None else pad_token_id,
+        eos_token_ids=[tokenizer.eos_token_id],
+        generation_config=config,
+    )
+    return TransformersGenerator(model, **settings), CachedTransformersGenerator(model, **settings)
+
+
+def random_tokens(rng, tokenizer, n):
+    # From id 3 on: no <|pad|>, <|im_start|> or <|im_end|>.
+    return torch.randint(3, len(tokenizer), (n,), generator=rng).tolist()
+
+
+def play(generator, tokenizer, prompt, turns=3, max_new_tokens=6):
+    """Drive ``generator`` for ``turns`` turns on four contexts of different lengths; after each turn every row gets
+    a chunk of a different length appended, and row 1 leaves after the first turn. Returns each turn's responses."""
+    rng = torch.Generator().manual_seed(0)
+    contexts = {
+        0: prompt,
+        1: random_tokens(rng, tokenizer, 9),
+        2: random_tokens(rng, tokenizer, 5) + prompt,
+        3: random_tokens(rng, tokenizer, 14),
+    }
+    generator.reset()
+    history = []
+    for turn in range(turns):
+        responses = generator.generate(contexts, max_new_tokens)
+        history.append(responses)
+        contexts = {
+            key: contexts[key] + responses[key] + random_tokens(rng, tokenizer, 1 + 3 * key + turn)
+            for key in contexts
+            if not (turn == 0 and key == 1)
+        }
+    return history
+
+
+@pytest.mark.parametrize("repetition_penalty", [None, 1.5])
+def test_cached_greedy_matches_full_prefill_over_ragged_turns_with_a_row_leaving(
+    tiny_agent, tiny_tokenizer, agent_prompt, repetition_penalty
+):
+    # Padding with the end-of-turn token (as SmolLM2 does) checks that padding escapes the repetition penalty.
+    config = GenerationConfig(do_sample=False, repetition_penalty=repetition_penalty)
+    pad = tiny_tokenizer.eos_token_id if repetition_penalty else None
+    plain, cached = generators(tiny_agent, tiny_tokenizer, config, pad_token_id=pad)
+    expected = play(plain, tiny_tokenizer, agent_prompt)
+    got = play(cached, tiny_tokenizer, agent_prompt)
+    assert got == expected
+    assert [list(turn) for turn in got] == [[0, 1, 2, 3], [0, 2, 3], [0, 2, 3]]
+    # In the first turn some rows stop at an end-of-turn token and others run into the budget.
+    lengths = {len(tokens) for tokens in got[0].values()}
+    assert 6 in lengths and min(lengths) < 6
+
+
+def test_cached_greedy_matches_full_prefill_in_a_collection(tiny_agent, tiny_tokenizer):
+    collector = RolloutCollector(tiny_tokenizer, max_turns=3, max_actions_per_turn=2, max_tokens_per_turn=24)
+    # Different targets end the episodes after different turns, so rows leave the batch one by one.
+    tasks = [{"task_id": f"t{i}", "seed": i, "start": 0, "target": target} for i, target in enumerate((1, 2, 9))]
+    runs = []
+    for generator in generators(tiny_agent, tiny_tokenizer):
+        trajectories = collector.collect([CounterEnv() for _ in tasks], tasks, generator)
+        runs.append([(t.token_ids, t.segments, len(t.turns)) for t in trajectories])
+    assert runs[1] == runs[0]
+    assert [turns for _, _, turns in runs[0]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_logprobs_after_a_ragged_chunk_match_a_fresh_forward(tiny_model_dir, tiny_tokenizer, attn_implementation):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation=attn_implementation).eval()
+    recorder = RecordingModel(model)
+    _, cached = generators(recorder, tiny_tokenizer)
+    rng = torch.Generator().manual_seed(1)
+    contexts = {key: random_tokens(rng, tiny_tokenizer, length) for key, length in ((3, 7), (5, 19), (8, 2))}
+    responses = cached.generate(contexts, 6)
+    contexts = {
+        key: contexts[key] + responses[key] + random_tokens(rng, tiny_tokenizer, 2 + 9 * i)
+        for i, key in enumerate(contexts)
+    }
+    recorder.calls.clear()
+    cached.generate(contexts, 1)
+
+    ((chunk, logits),) = recorder.calls
+    assert chunk.shape[1] < max(len(context) for context in contexts.values())  # only the new tokens went in
+    with torch.no_grad():
+        fresh = torch.stack([model(input_ids=torch.tensor([c])).logits[0, -1].float() for c in contexts.values()])
+    torch.testing.assert_close(logits.log_softmax(-1), fresh.log_softmax(-1), atol=1e-4, rtol=0)
+
+
+def test_falls_back_to_a_full_prefill_when_a_context_does_not_extend_the_cache(tiny_model, tiny_tokenizer):
+    recorder = RecordingModel(tiny_model)
+    plain, cached = generators(recorder, tiny_tokenizer)
+    rng = torch.Generator().manual_seed(2)
+    contexts = {0: random_tokens(rng, tiny_tokenizer, 9), 1: random_tokens(rng, tiny_tokenizer, 13)}
+    responses = cached.generate(contexts, 5)
+    extended = {key: contexts[key] + responses[key] + [7, 8, 9] for key in contexts}
+    rewritten = {0: extended[0], 1: extended[1][:2] + [extended[1][2] % 300 + 3] + extended[1][3:]}
+    new_key = {0: extended[0], 2: random_tokens(rng, tiny_tokenizer, 6)}
+
+    for contexts in (rewritten, new_key):
+        recorder.calls.clear()
+        got = cached.generate(contexts, 5)
+        assert recorder.calls[0][0].shape[1] == max(len(c) for c in contexts.values())  # a full prefill
+        assert got == plain.generate(contexts, 5)
+
+
+def test_sampling_is_reproducible_with_a_seed_and_respects_the_budget(tiny_model, tiny_tokenizer):
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=50, top_p=0.9)
+    _, cached = generators(tiny_model, tiny_tokenizer, config)
+    contexts = {0: [5, 6, 7], 1: [8, 9, 10, 11, 12]}
+
+    def sample(seed, max_new_tokens):
+        torch.manual_seed(seed)
+        cached.reset()
+        first = cached.generate(contexts, max_new_tokens)
+        second = cached.generate({k: contexts[k] + first[k] + [30, 31] for k in contexts}, max_new_tokens)
+        return first, second
+
+    assert sample(0, 8) == sample(0, 8)
+    assert sample(0, 8) != sample(1, 8)
+    lengths = [len(tokens) for turn in sample(2, 3) for tokens in turn.values()]
+    assert max(lengths) == 3 and min(lengths) >= 1
+
+
+def test_top_k_1_sampling_is_greedy(tiny_model, tiny_tokenizer):
+    contexts = {0: [5, 6, 7], 1: [8, 9, 10, 11, 12]}
+    greedy = generators(tiny_model, tiny_tokenizer)[1].generate(contexts, 8)
+    top_1 = generators(tiny_model, tiny_tokenizer, GenerationConfig(do_sample=True, top_k=1))[1]
+    assert top_1.generate(contexts, 8) == greedy
+
+
+def test_min_new_tokens_holds_back_the_end_of_turn(tiny_agent, tiny_tokenizer, agent_prompt):
+    eos = tiny_tokenizer.eos_token_id
+    (free,) = generators(tiny_agent, tiny_tokenizer)[1].generate({0: agent_prompt}, 16).values()
+    assert free[-1] == eos and len(free) < 12
+    config = GenerationConfig(do_sample=False, min_new_tokens=12)
+    plain, cached = generators(tiny_agent, tiny_tokenizer, config)
+    (forced,) = cached.generate({0: agent_prompt}, 16).values()
+    assert len(forced) >= 12 and eos not in forced[:12]
+    assert forced == plain.generate({0: agent_prompt}, 16)[0]
+
+
+def test_cut_at_eos():
+    assert cut_at_eos([4, 5, 2, 0, 0], [2]) == [4, 5, 2]
+    assert cut_at_eos([4, 9, 5, 2], [2, 9]) == [4, 9]
+    assert cut_at_eos([4, 5], [2]) == [4, 5]
+    assert cut_at_eos([], [2]) == []
+
+
+def test_stop_string_ends_a_row_without_an_end_of_turn_token(tiny_tokenizer, tiny_agent_dir):
+    agent = AutoModelForCausalLM.from_pretrained(tiny_agent_dir).eval()
+    collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2, prefill_opening_tag=False)
+    task = {"task_id": "t", "seed": 0, "start": 0, "target": 2}
+    prompt = collector._start(CounterEnv(), task, 0)[0].token_ids
+    eos = [tiny_tokenizer.eos_token_id]
+    plain = CachedTransformersGenerator(agent, pad_token_id=tiny_tokenizer.pad_token_id, eos_token_ids=eos,
+                                        generation_config=GREEDY)
+    stopping = CachedTransformersGenerator(agent, pad_token_id=tiny_tokenizer.pad_token_id, eos_token_ids=eos,
+                                           generation_config=GREEDY, stop_strings=["</answer>"], tokenizer=tiny_tokenizer)
+    full = plain.generate({0: prompt}, 24)[0]
+    stopped = stopping.generate({0: prompt}, 24)[0]
+    # The agent writes "<think>go</think><answer>…</answer>" and then its end-of-turn token.
+    assert full[-1] == eos[0] and tiny_tokenizer.decode(full[:-1]).endswith("</answer>")
+    assert stopped == full[:-1]
+    # The cache continues correctly from a row that stopped on a string: the next turn matches a fresh prefill.
+    context = prompt + stopped + tiny_tokenizer("<|im_end|>\n<|im_start|>user\nThe counter is at 1.<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    fresh = CachedTransformersGenerator(agent, pad_token_id=tiny_tokenizer.pad_token_id, eos_token_ids=eos,
+                                        generation_config=GREEDY, stop_strings=["</answer>"], tokenizer=tiny_tokenizer)
+    assert stopping.generate({0: context}, 24) == fresh.generate({0: context}, 24)
+
+
+def test_stop_strings_need_a_tokenizer(tiny_model):
+    with pytest.raises(ValueError, match="tokenizer"):
+        CachedTransformersGenerator(tiny_model, pad_token_id=0, eos_token_ids=[1], stop_strings=["</answer>"])
