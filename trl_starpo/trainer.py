@@ -154,8 +154,8 @@ class StarPOTrainer(GRPOTrainer):
         Episodes are shared out across processes and the statistics gathered, so every process returns the same
         figures (``success``, ``return``, ``format_error_rate``, ...; see ``rollout.metrics.STAT_NAMES``).
         """
-        rows = [dict(row) for row in tasks]
-        rows = rows[:num_episodes] if num_episodes is not None else rows
+        count = len(tasks) if num_episodes is None else min(num_episodes, len(tasks))
+        rows = [dict(tasks[i]) for i in range(count)]
         local = list(range(self.accelerator.process_index, len(rows), self.accelerator.num_processes))
         was_training = self.model.training
         self.model.eval()

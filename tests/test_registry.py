@@ -1,0 +1,43 @@
+import pytest
+from datasets import Dataset, DatasetDict
+
+import trl_starpo
+from trl_starpo.envs import Environment, load_task_dataset, write_task_split
+
+
+def test_shipped_environments_are_registered():
+    assert {"bandit", "countdown", "frozenlake", "sokoban"} <= set(trl_starpo.list_environments())
+
+
+@pytest.mark.parametrize("name", ["bandit", "countdown", "frozenlake", "sokoban"])
+def test_every_environment_follows_the_protocol(name):
+    env = trl_starpo.load_environment(name)
+    assert isinstance(env, Environment)
+    assert env.system_prompt and env.action_description
+    task = dict(trl_starpo.load_tasks(name, "validation")[0])
+    first, _ = env.reset(seed=task["seed"], options={"task": task})
+    again, _ = trl_starpo.load_environment(name).reset(seed=task["seed"], options={"task": task})
+    assert first == again and first.strip()
+    observation, reward, terminated, truncated, info = env.step("surely not an action")
+    assert info["action_is_valid"] is False and reward == 0.0
+    assert {"action_is_valid", "action_is_effective", "success"} <= set(info)
+    env.close()
+
+
+def test_unknown_environment_names_what_is_installed():
+    with pytest.raises(ValueError, match=r"Unknown environment 'chess'. Installed environments: bandit, countdown"):
+        trl_starpo.load_environment("chess")
+
+
+def test_task_splits_round_trip_through_jsonl(tmp_path):
+    rows = {"train": [{"task_id": "a", "seed": 1}], "validation": [{"task_id": "b", "seed": 2}], "test": []}
+    rows["test"] = [{"task_id": "c", "seed": 3}, {"task_id": "d", "seed": 4}]
+    for split, split_rows in rows.items():
+        write_task_split(tmp_path, split, split_rows)
+    everything = load_task_dataset(tmp_path)
+    assert isinstance(everything, DatasetDict) and {k: len(v) for k, v in everything.items()} == {
+        "train": 1, "validation": 1, "test": 2}
+    test = load_task_dataset(tmp_path, "test")
+    assert isinstance(test, Dataset) and test["seed"] == [3, 4]
+    with pytest.raises(ValueError, match="Unknown split 'dev'"):
+        load_task_dataset(tmp_path, "dev")
