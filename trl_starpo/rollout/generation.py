@@ -34,6 +34,9 @@ class GenerationBackend(Protocol):
 class TransformersGenerator:
     """Batched sampling with ``model.generate``; each turn prefills every active context in full.
 
+    The simple reference backend (tests and benchmarks compare against it); ``CachedTransformersGenerator`` does the
+    same work without re-reading the history every turn and is what the trainer uses.
+
     Args:
         model: A causal LM (already unwrapped from any distributed wrapper).
         pad_token_id: Used for left padding.
