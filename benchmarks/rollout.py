@@ -153,13 +153,13 @@ def time_paths(
     return seconds
 
 
-MICRO_BATCH = 4
+MICRO_BATCH = 2
 
 
 def train_step(workload: Workload) -> None:
     """Run one LoRA training step of StarPOTrainer on Sokoban and print its peak RSS and duration as JSON.
 
-    The step is one optimizer update over all the trajectories, computed in micro-batches of 4 trajectories
+    The step is one optimizer update over all the trajectories, computed in micro-batches of 2 trajectories
     (gradient accumulation), which is what bounds the memory of the loss's full-vocabulary logits.
     """
     from peft import LoraConfig
@@ -273,7 +273,7 @@ def main(argv=None) -> None:
         report += [
             "",
             f"One LoRA training step ({workload.trajectories} trajectories x up to {workload.turns} turns of "
-            f"{workload.new_tokens} tokens, Sokoban, gradient checkpointing): peak RSS "
+            f"{workload.new_tokens} tokens, Sokoban, gradient checkpointing, micro-batches of {MICRO_BATCH}): peak RSS "
             f"{step['peak_rss_bytes'] / 2**30:.2f} GiB, {step['seconds']:.0f} s.",
         ]
     text = "\n".join(report)
