@@ -10,26 +10,15 @@ import torch.distributed as dist
 from conftest import CounterEnv
 from datasets import Dataset
 
-from trl_starpo import StarPOConfig, StarPOTrainer
+from test_trainer import make_args
+
+from trl_starpo import StarPOTrainer
 
 
 def main(model_dir: str, output_dir: str) -> None:
     tasks = Dataset.from_list([{"task_id": f"t{i}", "seed": i, "start": 0, "target": 2} for i in range(8)])
-    args = StarPOConfig(
-        output_dir=output_dir,
-        num_generations=8,  # one group of 8 spans both ranks (4 each)
-        per_device_train_batch_size=4,
-        max_steps=3,
-        max_turns=3,
-        max_tokens_per_turn=16,
-        max_context_length=512,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        gradient_checkpointing=False,
-        seed=0,
-    )
+    # One group of 8 rollouts spans both ranks (4 each).
+    args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, max_steps=3)
     trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
     advantages = []
     original = trainer._generate_and_score_completions
