@@ -28,6 +28,13 @@ class Environment(Protocol):
     - ``action_is_valid`` (bool): the action was understood; an invalid action leaves the state unchanged.
     - ``action_is_effective`` (bool): the action changed the state.
     - ``success`` (bool): the episode's goal is reached.
+
+    Two optional methods give baselines and prompts something to work with; the evaluation tools use them when an
+    environment has them:
+
+    - ``admissible_actions() -> list[str]``: the actions valid in the current state (the random agent draws from
+      these; prompts may list them).
+    - ``expert_action() -> str | None``: a scripted expert's next action, ``None`` when it has none.
     """
 
     system_prompt: str
