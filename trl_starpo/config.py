@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from trl import GRPOConfig
 
+from .algorithms.filtering import FILTERS
+from .presets import PRESETS
+
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+ADVANTAGE_ESTIMATORS = ("group", "gae", "turn_gae")
+
+_PARENT_FIELDS = {f.name: f for f in fields(GRPOConfig)}
+# Values of the preset-controlled fields when neither the user nor a preset sets them.
+_FALLBACKS = {
+    **{name: _PARENT_FIELDS[name].default for name in ("beta", "epsilon", "epsilon_high", "entropy_coef", "max_grad_norm", "warmup_steps")},
+    "trajectory_filter": "none",
+    "advantage_estimator": "group",
+    "thinking_critic": False,
+    "kl_early_stop": 0.0,
+}
+
+
+def _preset_controlled(name: str):
+    """Re-declare an inherited field with default ``None`` ("not set"), so a preset can tell it was not set."""
+    parent = _PARENT_FIELDS[name]
+    help_text = parent.metadata.get("help", "")
+    return field(
+        default=None, metadata={"help": f"{help_text} Default: the preset's value, else {parent.default!r}."}
+    )
 
 
 @dataclass
@@ -23,7 +46,75 @@ class StarPOConfig(GRPOConfig):
     loss and of the token count.
 
     `max_completion_length` is derived: it is set to `max_context_length`.
+
+    `preset` names a set of values for the StarPO-S fields and for `beta`, `epsilon`, `epsilon_high`,
+    `entropy_coef`, `max_grad_norm` and `warmup_steps` (see `trl_starpo.presets.PRESETS` and docs/algorithms.md);
+    any of these fields set explicitly wins over the preset. Without a preset they take TRL's defaults and the
+    plain StarPO estimator.
     """
+
+    preset: str | None = field(
+        default=None, metadata={"help": f"A named set of field values: one of {sorted(PRESETS)}."}
+    )
+    beta: float | None = _preset_controlled("beta")
+    epsilon: float | None = _preset_controlled("epsilon")
+    epsilon_high: float | None = _preset_controlled("epsilon_high")
+    entropy_coef: float | None = _preset_controlled("entropy_coef")
+    max_grad_norm: float | None = _preset_controlled("max_grad_norm")
+    warmup_steps: float | None = _preset_controlled("warmup_steps")
+
+    trajectory_filter: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Which trajectories train: one of {FILTERS}. 'outlier' keeps returns within filter_num_std "
+            "standard deviations of the batch mean; 'variance' keeps the filter_keep_fraction of task groups whose "
+            "returns vary most (RAGEN). Default: the preset's, else 'none'."
+        },
+    )
+    filter_num_std: float = field(default=2.0, metadata={"help": "Band of the 'outlier' filter, in standard deviations."})
+    filter_keep_fraction: float = field(
+        default=0.25, metadata={"help": "Fraction of task groups the 'variance' filter keeps, in (0, 1]."}
+    )
+    filter_drop_zero_variance: bool = field(
+        default=False, metadata={"help": "The 'variance' filter also drops groups whose returns are all equal."}
+    )
+    advantage_estimator: str | None = field(
+        default=None,
+        metadata={
+            "help": f"One of {ADVANTAGE_ESTIMATORS}: 'group' is StarPO's group-relative return; 'gae' is token-level "
+            "GAE over model tokens with a value critic; 'turn_gae' is GAE over turns (gae_gamma discounts turns), "
+            "spread over each turn's tokens. Default: the preset's, else 'group'."
+        },
+    )
+    gae_gamma: float = field(default=1.0, metadata={"help": "GAE discount (per token, or per turn for turn_gae)."})
+    gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda."})
+    value_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "A separate critic backbone (model id or path) for GAE; by default the value head reads the "
+            "policy's own hidden states."
+        },
+    )
+    value_clip_range: float = field(default=0.5, metadata={"help": "Clip range of the value loss."})
+    critic_learning_rate: float = field(
+        default=1e-3,
+        metadata={"help": "Adam learning rate of the critics (lower it, e.g. to 1e-5, with a separate value_model)."},
+    )
+    thinking_critic: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Scale each turn's advantages by sigmoid(score) of a learned thinking-quality critic. "
+            "Default: the preset's, else False."
+        },
+    )
+    kl_early_stop: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop the inner updates on a generation batch once KL(sampling policy || current policy) per "
+            "token exceeds this, and collect fresh rollouts (0 disables; acts when num_iterations > 1 or "
+            "steps_per_generation > gradient_accumulation_steps). Default: the preset's, else 0."
+        },
+    )
 
     max_turns: int = field(default=5, metadata={"help": "Turns per episode before it is truncated."})
     max_actions_per_turn: int = field(
@@ -63,6 +154,7 @@ class StarPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        self._apply_preset()
         self.max_completion_length = self.max_context_length
         if not torch.accelerator.is_available():
             # Without an accelerator, transformers only sets up the process group that `accelerate launch` started
@@ -72,6 +164,14 @@ class StarPOConfig(GRPOConfig):
                 self.bf16 = False
         super().__post_init__()
         self._validate_starpo_fields()
+
+    def _apply_preset(self) -> None:
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"Unknown preset {self.preset!r}; choose one of {sorted(PRESETS)} or leave it unset.")
+        values = {**_FALLBACKS, **PRESETS.get(self.preset, {})}
+        for name, value in values.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
 
     def _validate_starpo_fields(self) -> None:
         positive = ("max_turns", "max_actions_per_turn", "max_tokens_per_turn", "max_context_length")
@@ -101,8 +201,33 @@ class StarPOConfig(GRPOConfig):
             )
         if self.use_vllm:
             raise ValueError("use_vllm=True is not supported by StarPOTrainer yet; set use_vllm=False.")
+        self._validate_stabilization_fields()
         if self.importance_sampling_level != "token":
             raise ValueError(
                 "StarPOTrainer weights thinking and action tokens separately, which needs "
                 "importance_sampling_level='token'."
             )
+
+    def _validate_stabilization_fields(self) -> None:
+        if self.trajectory_filter not in FILTERS:
+            raise ValueError(f"trajectory_filter must be one of {FILTERS}, got {self.trajectory_filter!r}.")
+        if self.filter_num_std <= 0:
+            raise ValueError(f"filter_num_std must be > 0, got {self.filter_num_std}.")
+        if not 0 < self.filter_keep_fraction <= 1:
+            raise ValueError(f"filter_keep_fraction must be in (0, 1], got {self.filter_keep_fraction}.")
+        if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(
+                f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
+            )
+        if self.value_model is not None and self.advantage_estimator == "group":
+            raise ValueError(
+                "value_model is set but advantage_estimator='group' uses no value critic; set "
+                "advantage_estimator='gae' (or 'turn_gae'), or drop value_model."
+            )
+        for name in ("gae_gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
+        if self.value_clip_range <= 0 or self.critic_learning_rate <= 0:
+            raise ValueError("value_clip_range and critic_learning_rate must be > 0.")
+        if self.kl_early_stop < 0:
+            raise ValueError(f"kl_early_stop must be >= 0 (0 disables it), got {self.kl_early_stop}.")

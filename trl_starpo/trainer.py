@@ -13,12 +13,29 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 from trl.trainer.utils import pad, use_adapter
 
-from .algorithms.advantages import group_relative_advantages, token_advantages
+from .algorithms import turns as turn_tensors
+from .algorithms.advantages import (
+    group_relative_advantages,
+    masked_gae,
+    masked_whiten,
+    token_advantages,
+    turn_level_gae,
+)
+from .algorithms.critics import (
+    ThinkingCritic,
+    ValueCritic,
+    explained_variance,
+    pooled_thinking_states,
+    reasoning_signals,
+)
+from .algorithms.filtering import trajectory_filter_mask
+from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
 from .rollout.collector import RolloutCollector
@@ -26,6 +43,9 @@ from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import STAT_NAMES, trajectory_stats
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
+
+
+logger = get_logger(__name__)
 
 
 def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Environment]:
@@ -118,6 +138,32 @@ class StarPOTrainer(GRPOTrainer):
         self.collector = RolloutCollector.from_config(self._tokenizer, args)
         self._environments: list[Environment] = []
         self.last_trajectories: list[Trajectory] = []
+        self.value_critic, self.thinking_critic = self._build_critics(args)
+        self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
+        self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
+        self._capture_loss_logps = False
+
+    def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
+        hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
+        value_critic = thinking_critic = None
+        if args.advantage_estimator != "group":
+            backbone = None
+            if args.value_model is not None:
+                from transformers import AutoModel
+
+                from .models import resolve_model_path
+
+                backbone = AutoModel.from_pretrained(resolve_model_path(args.value_model), dtype=torch.float32)
+                hidden_size = backbone.config.get_text_config().hidden_size
+            value_critic = ValueCritic(hidden_size, args.critic_learning_rate, args.value_clip_range, backbone)
+        if args.thinking_critic:
+            policy_hidden = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
+            thinking_critic = ThinkingCritic(policy_hidden, args.critic_learning_rate)
+        device = self.accelerator.device
+        return (
+            value_critic.to(device) if value_critic is not None else None,
+            thinking_critic.to(device) if thinking_critic is not None else None,
+        )
 
     def _environment_pool(self, size: int) -> list[Environment]:
         """Environments are reused across batches; a batch of ``size`` episodes uses the first ``size``."""
@@ -167,7 +213,6 @@ class StarPOTrainer(GRPOTrainer):
         return {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*stats))}
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        device = self.accelerator.device
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         # The sampler repeats each task `group_size` times in a row across the global batch, which processes split
@@ -176,24 +221,154 @@ class StarPOTrainer(GRPOTrainer):
         groups = [(offset + i) // group_size for i in range(len(inputs))]
         trajectories = self.collect_trajectories(inputs, groups)
         self.last_trajectories = trajectories
+        self.kl_early_stopping.reset()
+        return self.score_trajectories(trajectories, group_size, offset, mode)
 
+    def score_trajectories(
+        self, trajectories: list[Trajectory], group_size: int, offset: int, mode: str = "train"
+    ) -> dict[str, Any]:
+        """Turn this process's trajectories into GRPO's loss inputs: token advantages, masks, old / ref log-probs.
+
+        Returns are gathered from all processes (``offset`` is this process's first global row) for the group
+        statistics and the trajectory filter; the critics are applied and, in training, updated here.
+        """
+        device = self.accelerator.device
         batch = self._trajectory_tensors(trajectories, device)
+        segments = batch.pop("segments")
         returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float32, device=device)
         all_returns = self.accelerator.gather(returns)
-        all_advantages = group_relative_advantages(all_returns, group_size, scale=self.scale_rewards)
-        local = slice(offset, offset + len(inputs))
-        advantages = token_advantages(
-            all_advantages[local],
-            batch.pop("segments"),
-            thinking_weight=self.args.thinking_loss_weight,
-            action_weight=self.args.action_loss_weight,
-        )
-        loss_mask = batch["completion_mask"] * batch["tool_mask"]
-        output = {**batch, "advantages": advantages, "num_items_in_batch": self.accelerator.gather(loss_mask.sum()).sum()}
-        output.update(self._policy_logps(batch, mode))
+        local = slice(offset, offset + len(trajectories))
+        keep = torch.ones_like(all_returns, dtype=torch.bool)
+        if mode == "train":
+            keep = trajectory_filter_mask(
+                self.args.trajectory_filter,
+                all_returns,
+                group_size,
+                num_std=self.args.filter_num_std,
+                keep_fraction=self.args.filter_keep_fraction,
+                drop_zero_variance=self.args.filter_drop_zero_variance,
+            )
+        local_keep = keep[local]
+        model_mask = batch["completion_mask"] * batch["tool_mask"]
 
+        output = {**batch, **self._policy_logps(batch, mode)}
+        hidden = self._completion_hidden_states(batch) if (self.value_critic or self.thinking_critic) else None
+        all_advantages = group_relative_advantages(all_returns, group_size, scale=self.scale_rewards)
+        if self.value_critic is None:
+            advantages = all_advantages[local]
+        else:
+            advantages = self._gae_advantages(trajectories, batch, hidden, model_mask, local_keep, mode)
+        advantages = token_advantages(
+            advantages, segments, thinking_weight=self.args.thinking_loss_weight, action_weight=self.args.action_loss_weight
+        )
+        if self.thinking_critic is not None:
+            advantages = advantages * self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
+
+        # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing.
+        advantages = advantages * local_keep.unsqueeze(1)
+        output["tool_mask"] = batch["tool_mask"] * local_keep.unsqueeze(1)
+        loss_mask = batch["completion_mask"] * output["tool_mask"]
+        output["advantages"] = advantages
+        output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+
+        self._metrics[mode]["filter/kept_fraction"].append(keep.float().mean().item())
         self._log_rollouts(trajectories, all_returns, all_advantages, group_size, mode)
         return output
+
+    def _completion_hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The policy's last hidden states ``(B, T + 1, H)`` from the state before the first completion token to
+        the last one: ``[:, j]`` precedes completion token ``j`` and ``[:, j + 1]`` follows it."""
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        start = batch["prompt_ids"].size(1) - 1
+        chunk = self.args.per_device_train_batch_size
+        states = []
+        with torch.no_grad():
+            for i in range(0, input_ids.size(0), chunk):
+                out = self.model(
+                    input_ids=input_ids[i : i + chunk],
+                    attention_mask=attention_mask[i : i + chunk],
+                    output_hidden_states=True,
+                    logits_to_keep=1,
+                )
+                states.append(out.hidden_states[-1][:, start:].float())
+        return torch.cat(states)
+
+    def _gae_advantages(self, trajectories, batch, hidden, model_mask, keep, mode) -> torch.Tensor:
+        """GAE (token- or turn-level) advantages from the value critic, whitened over kept model tokens; trains the
+        critic on the same batch in training mode."""
+        critic = self.value_critic
+        length = model_mask.size(1)
+        features = {
+            "policy_hidden": hidden[:, :-1],
+            "input_ids": torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
+            "attention_mask": torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1),
+            "start": batch["prompt_ids"].size(1),
+        }
+        with torch.no_grad():
+            old_values = critic(critic.hidden_states(**features)) * model_mask
+        gamma, lam = self.args.gae_gamma, self.args.gae_lambda
+        if self.args.advantage_estimator == "gae":
+            rewards = turn_tensors.token_rewards(trajectories, length, like=old_values)
+            advantages, value_targets = masked_gae(rewards, old_values, model_mask, gamma, lam)
+        else:
+            turn_rewards, turn_mask = turn_tensors.per_turn_tensor(
+                trajectories, [[turn.reward for turn in t.turns] for t in trajectories], like=old_values
+            )
+            turn_values, _ = turn_tensors.per_turn_tensor(
+                trajectories, turn_tensors.values_at_turn_starts(old_values, trajectories), like=old_values
+            )
+            turn_advantages, turn_returns = turn_level_gae(turn_rewards, turn_values, turn_mask, gamma, lam)
+            advantages = turn_tensors.spread_over_turns(turn_advantages, trajectories, length) * model_mask
+            value_targets = turn_tensors.spread_over_turns(turn_returns, trajectories, length) * model_mask
+
+        trained = model_mask * keep.unsqueeze(1)
+        if mode == "train":
+            self._metrics[mode]["critic/value_loss"].append(critic.update(features, old_values, value_targets, trained))
+        self._metrics[mode]["critic/explained_variance"].append(explained_variance(old_values, value_targets, trained))
+        self._metrics[mode]["critic/value_mean"].append(
+            ((old_values * trained).sum() / trained.sum().clamp(min=1)).item()
+        )
+        return masked_whiten(advantages, trained, reduce=lambda t: self.accelerator.reduce(t, reduction="sum"))
+
+    def _thinking_scales(self, trajectories, hidden, all_returns, group_size, local, mode) -> torch.Tensor:
+        """``(B, T)`` factors ``sigmoid(score)`` of each turn's thinking on that turn's tokens; stores each score
+        in ``Turn.thinking_score`` and, in training, updates the critic."""
+        critic = self.thinking_critic
+        after_token = hidden[:, 1:]
+        pooled = [pooled_thinking_states(after_token[row], t, t.prompt_length) for row, t in enumerate(trajectories)]
+        signals = [reasoning_signals(t).to(hidden.device) for t in trajectories]
+        features = critic.features(torch.cat(pooled), torch.cat(signals))
+        with torch.no_grad():
+            scores = critic(features)
+
+        group_means = all_returns.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
+        difference = (all_returns - group_means)[local]
+        label = torch.where(difference.abs() > 1e-6, (difference > 0).float(), torch.full_like(difference, float("nan")))
+        labels = torch.cat([label[row].repeat(len(t.turns)) for row, t in enumerate(trajectories)])
+
+        per_turn, start = [], 0
+        for trajectory in trajectories:
+            count = len(trajectory.turns)
+            row_scores = scores[start : start + count]
+            for turn, score in zip(trajectory.turns, row_scores.tolist()):
+                turn.thinking_score = score
+            per_turn.append(torch.sigmoid(row_scores))
+            start += count
+        padded, _ = turn_tensors.per_turn_tensor(trajectories, per_turn, like=hidden)
+        length = hidden.size(1) - 1
+        covered = turn_tensors.spread_over_turns(torch.ones_like(padded), trajectories, length)
+        scales = turn_tensors.spread_over_turns(padded, trajectories, length) + (1 - covered)
+
+        if mode == "train":
+            self._metrics[mode]["critic/thinking_loss"].append(critic.update(features, labels))
+        all_signals = torch.cat(signals)
+        metrics = {"critic/thinking_scale": torch.sigmoid(scores).mean().item() if scores.numel() else float("nan")}
+        for i, name in enumerate(("empty_thinking", "repeated_thinking", "ungrounded_action")):
+            metrics[f"critic/{name}"] = all_signals[:, i].mean().item() if all_signals.numel() else float("nan")
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(value)
+        return scales
 
     def _trajectory_tensors(self, trajectories: list[Trajectory], device) -> dict[str, torch.Tensor]:
         """Pad trajectories into GRPO's prompt / completion layout, with the model-token mask as ``tool_mask``."""
@@ -250,6 +425,41 @@ class StarPOTrainer(GRPOTrainer):
                         )
                 output["ref_per_token_logps"] = ref
         return output
+
+    def _compute_loss(self, model, inputs):
+        self._capture_loss_logps = True
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._capture_loss_logps = False
+        if self.model.training and "old_per_token_logps" in inputs and self.kl_early_stopping.target > 0:
+            mask = inputs["completion_mask"] * inputs["tool_mask"]
+            kl = sampling_kl(
+                self._loss_logps, inputs["old_per_token_logps"], mask, lambda t: self.accelerator.reduce(t, "sum")
+            )
+            self._metrics["train"]["kl_early_stop/sampling_kl"].append(kl)
+            self.kl_early_stopping.observe(kl)
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_loss_logps:
+            self._loss_logps = logps.detach()
+        return logps, entropies, aux_loss
+
+    def _prepare_inputs(self, generation_batch):
+        # KL early stopping acts between optimizer steps: the rest of the batch's inner updates are skipped and
+        # fresh rollouts collected, so no optimizer step is ever taken with an empty gradient.
+        window_start = self._step % self.current_gradient_accumulation_steps == 0
+        if self.model.training and self.kl_early_stopping.triggered and window_start:
+            self.kl_early_stops.append(self.state.global_step)
+            self._metrics["train"]["kl_early_stop/stopped"].append(1.0)
+            logger.info(
+                f"KL early stop at step {self.state.global_step}: sampling KL {self.kl_early_stopping.last_kl:.4f} > "
+                f"{self.kl_early_stopping.target}; collecting fresh rollouts."
+            )
+            self._buffered_inputs = None
+        return super()._prepare_inputs(generation_batch)
 
     def _log_rollouts(self, trajectories, all_returns, all_advantages, group_size: int, mode: str) -> None:
         device = self.accelerator.device

@@ -41,6 +41,7 @@ class Turn:
     num_dropped_actions: int = 0
     response_start: int = 0  # token offset of the first generated token of the turn
     response_end: int = 0  # token offset just past the last generated token
+    thinking_score: float | None = None  # the thinking-quality critic's score (a logit), when one is used
 
 
 @dataclass

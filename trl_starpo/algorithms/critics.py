@@ -1,0 +1,189 @@
+"""The critics of StarPO-S: a value critic for GAE and a thinking-quality critic that scales advantages.
+
+Both are small heads trained online, one optimizer step per generation batch, by their own Adam optimizer at
+``critic_learning_rate``, apart from the policy's optimizer. By default they read the policy's own last hidden states,
+computed without gradient while the batch is scored, so the policy is trained by the policy loss alone and a critic
+costs one no-grad forward pass plus a linear layer. The value critic can instead own a separate backbone
+(``value_model``), which it then trains as a whole.
+
+Across processes, critic gradients are averaged before each step, so every process holds the same critic.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..trajectory import Segment, Trajectory
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip_range: float = 0.5
+) -> torch.Tensor:
+    """PPO's clipped value loss: ``0.5 * max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2)``, averaged over
+    the masked tokens."""
+    clipped = old_values + (values - old_values).clamp(-clip_range, clip_range)
+    loss = 0.5 * torch.maximum((values - returns).pow(2), (clipped - returns).pow(2))
+    mask = mask.to(loss.dtype)
+    return (loss * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """``1 - Var(R - V) / Var(R)`` over the masked tokens (1 is a perfect critic, 0 no better than a constant)."""
+    on = mask.bool()
+    target, error = returns[on], (returns - values)[on]
+    if target.numel() < 2 or target.var() == 0:
+        return float("nan")
+    return (1 - error.var() / target.var()).item()
+
+
+def _average_gradients(parameters) -> None:
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    world_size = torch.distributed.get_world_size()
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+        torch.distributed.all_reduce(parameter.grad)
+        parameter.grad /= world_size
+
+
+class _OnlineCritic(nn.Module):
+    """A module with its own Adam optimizer, stepped once per call of ``_step``."""
+
+    def _make_optimizer(self, learning_rate: float) -> None:
+        self.optimizer = torch.optim.Adam([p for p in self.parameters() if p.requires_grad], lr=learning_rate)
+
+    def _step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        _average_gradients([p for p in self.parameters() if p.requires_grad])
+        self.optimizer.step()
+
+
+class ValueCritic(_OnlineCritic):
+    """A value head ``V(s)``: a linear layer over the last hidden state before each generated token.
+
+    Args:
+        hidden_size: Width of the hidden states it reads.
+        learning_rate: Its Adam learning rate.
+        clip_range: The value-loss clip range.
+        backbone: A separate critic backbone (a transformers base model); ``None`` reads the policy's hidden states.
+    """
+
+    def __init__(self, hidden_size: int, learning_rate: float = 1e-3, clip_range: float = 0.5, backbone=None):
+        super().__init__()
+        self.backbone = backbone
+        self.head = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        self.clip_range = clip_range
+        self._make_optimizer(learning_rate)
+
+    def hidden_states(self, policy_hidden: torch.Tensor, input_ids, attention_mask, start: int) -> torch.Tensor:
+        """The ``(B, T, H)`` states the head reads for the ``T`` completion tokens starting at ``start``."""
+        if self.backbone is None:
+            return policy_hidden.detach()
+        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return hidden[:, start - 1 : -1]
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+
+    def update(self, features: dict, old_values, returns, mask) -> float:
+        """One step on the clipped value loss; ``features`` are the keyword arguments of ``hidden_states``."""
+        values = self(self.hidden_states(**features))
+        loss = clipped_value_loss(values, old_values, returns, mask, self.clip_range)
+        self._step(loss)
+        return loss.item()
+
+
+SIGNALS = ("empty_thinking", "repeated_thinking", "ungrounded_action")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str | None) -> set[str]:
+    return set(_WORD.findall((text or "").lower()))
+
+
+def reasoning_signals(trajectory: Trajectory, repeat_threshold: float = 0.8) -> torch.Tensor:
+    """Three 0/1 signals per turn, in the order of ``SIGNALS``:
+
+    - ``empty_thinking``: the turn has no thinking text (missing or blank).
+    - ``repeated_thinking``: its words overlap an earlier turn's by at least ``repeat_threshold`` (Jaccard).
+    - ``ungrounded_action``: it thought, but some action shares no word with the thinking.
+
+    Returns:
+        ``(num_turns, 3)`` float tensor.
+    """
+    rows, earlier = [], []
+    for turn in trajectory.turns:
+        words = _words(turn.thinking)
+        empty = not words
+        repeated = any(len(words & seen) / len(words | seen) >= repeat_threshold for seen in earlier if not empty)
+        ungrounded = not empty and any(not (_words(action) & words) for action in turn.actions)
+        rows.append([float(empty), float(repeated), float(ungrounded)])
+        if words:
+            earlier.append(words)
+    return torch.tensor(rows, dtype=torch.float32).view(-1, len(SIGNALS))
+
+
+class ThinkingCritic(_OnlineCritic):
+    """Scores each turn's thinking; the turn's advantages are scaled by ``sigmoid(score)``.
+
+    The score is ``w · [LayerNorm(mean hidden state over the turn's thinking tokens), signals] + b``. It starts from
+    a prior: clean thinking scores 2 (``sigmoid(2) ≈ 0.88``) and each signal lowers the score by 2. It is trained online by logistic regression: a turn's label is 1
+    when its trajectory's return is above its group's mean and 0 when below; turns of groups whose returns are all
+    equal carry no label and are not trained on.
+
+    Args:
+        hidden_size: Width of the hidden states it reads.
+        learning_rate: Its Adam learning rate.
+    """
+
+    def __init__(self, hidden_size: int, learning_rate: float = 1e-3):
+        super().__init__()
+        self.head = nn.Linear(hidden_size + len(SIGNALS), 1)
+        with torch.no_grad():
+            self.head.weight.zero_()
+            self.head.weight[0, hidden_size:] = -2.0
+            self.head.bias.fill_(2.0)
+        self.hidden_size = hidden_size
+        self._make_optimizer(learning_rate)
+
+    def features(self, pooled_hidden: torch.Tensor, signals: torch.Tensor) -> torch.Tensor:
+        """``(N, H + 3)`` inputs from ``(N, H)`` pooled thinking states (zeros for a turn without thinking)."""
+        normed = F.layer_norm(pooled_hidden.float(), (self.hidden_size,))
+        empty = signals[:, :1] > 0
+        return torch.cat([torch.where(empty, torch.zeros_like(normed), normed), signals.float()], dim=1)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.head(features.to(self.head.weight.dtype)).squeeze(-1)
+
+    def update(self, features: torch.Tensor, labels: torch.Tensor) -> float:
+        """One logistic-regression step; ``labels`` are 1 / 0, or NaN for turns without a label."""
+        known = ~torch.isnan(labels)
+        logits = self(features)
+        per_turn = F.binary_cross_entropy_with_logits(logits, labels.nan_to_num(0.0), reduction="none")
+        loss = (per_turn * known).sum() / known.sum().clamp(min=1)
+        self._step(loss)
+        return loss.item()
+
+
+def pooled_thinking_states(hidden: torch.Tensor, trajectory: Trajectory, completion_start: int) -> torch.Tensor:
+    """Mean hidden state over each turn's thinking tokens: ``(num_turns, H)`` from one row of ``(T, H)`` states,
+    where ``hidden[j]`` is the state at completion token ``j`` (``completion_start`` is the trajectory's
+    ``prompt_length``)."""
+    pooled = torch.zeros(len(trajectory.turns), hidden.size(-1), dtype=hidden.dtype, device=hidden.device)
+    for i, turn in enumerate(trajectory.turns):
+        positions = [
+            p - completion_start
+            for p in range(turn.response_start, turn.response_end)
+            if trajectory.segments[p] == Segment.THINKING
+        ]
+        if positions:
+            pooled[i] = hidden[positions].mean(dim=0)
+    return pooled

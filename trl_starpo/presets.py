@@ -1,0 +1,48 @@
+"""Named presets: sets of ``StarPOConfig`` values. A field the user sets explicitly wins over its preset.
+
+Where each value comes from is tabled in docs/algorithms.md.
+"""
+
+from __future__ import annotations
+
+PRESETS: dict[str, dict[str, object]] = {
+    # Vanilla StarPO: the plain group-relative estimator, a small KL to the reference, symmetric clipping.
+    "starpo": {
+        "trajectory_filter": "none",
+        "advantage_estimator": "group",
+        "thinking_critic": False,
+        "beta": 0.001,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "entropy_coef": 0.0,
+        "max_grad_norm": 1.0,
+        "warmup_steps": 0.0,
+        "kl_early_stop": 0.0,
+    },
+    # StarPO-S as this project's specification states it.
+    "starpo-s": {
+        "trajectory_filter": "outlier",
+        "advantage_estimator": "group",
+        "thinking_critic": True,
+        "beta": 0.1,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "entropy_coef": 0.0,
+        "max_grad_norm": 0.5,
+        "warmup_steps": 0.1,
+        "kl_early_stop": 0.05,
+    },
+    # StarPO-S as RAGEN's published code runs it.
+    "starpo-s-ragen": {
+        "trajectory_filter": "variance",
+        "advantage_estimator": "gae",
+        "thinking_critic": False,
+        "beta": 0.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "entropy_coef": 0.001,
+        "max_grad_norm": 1.0,
+        "warmup_steps": 0.0,
+        "kl_early_stop": 0.0,
+    },
+}
