@@ -15,30 +15,39 @@ from test_trainer import make_args
 from trl_starpo import StarPOTrainer
 
 
-def main(model_dir: str, output_dir: str) -> None:
+def digest_of(module) -> str:
+    digest = hashlib.sha256()
+    for name, parameter in sorted(module.named_parameters()):
+        digest.update(name.encode())
+        digest.update(parameter.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def main(model_dir: str, output_dir: str, preset: str | None = None) -> None:
     tasks = Dataset.from_list([{"task_id": f"t{i}", "seed": i, "start": 0, "target": 2} for i in range(8)])
-    # One group of 8 rollouts spans both ranks (4 each).
-    args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, max_steps=3)
+    if preset is None:  # one group of 8 rollouts spans both ranks (4 each)
+        args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, max_steps=3)
+    else:  # two groups of 4, one on each rank
+        args = make_args(output_dir, preset=preset, num_generations=4, per_device_train_batch_size=4, max_steps=3)
     trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
-    advantages = []
+    advantages, kept = [], []
     original = trainer._generate_and_score_completions
 
     def record(inputs):
         output = original(inputs)
         mask = output["tool_mask"].bool()
-        advantages.append([row[m][0].item() for row, m in zip(output["advantages"], mask)])
+        advantages.append([row[m][0].item() if m.any() else None for row, m in zip(output["advantages"], mask)])
+        kept.append(trainer._metrics["train"]["filter/kept_fraction"][-1])
         return output
 
     trainer._generate_and_score_completions = record
     trainer.train()
-    digest = hashlib.sha256()
-    for name, parameter in sorted(trainer.model.named_parameters()):
-        digest.update(name.encode())
-        digest.update(parameter.detach().cpu().numpy().tobytes())
     rank = trainer.accelerator.process_index
     record = {
         "world_size": trainer.accelerator.num_processes,
-        "weights": digest.hexdigest(),
+        "weights": digest_of(trainer.model),
+        "critics": {name: digest_of(critic) for name, critic in trainer._critics().items()},
+        "kept_fraction": kept,
         "returns": [t.episode_return for t in trainer.last_trajectories],
         "task_ids": [t.task_id for t in trainer.last_trajectories],
         "groups": [t.group for t in trainer.last_trajectories],
@@ -56,4 +65,4 @@ def main(model_dir: str, output_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -12,19 +12,23 @@ from trl_starpo.algorithms.advantages import group_relative_advantages
 HERE = Path(__file__).parent
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_two_processes_share_group_statistics_and_end_with_identical_weights(tmp_path, tiny_agent_dir):
+def run_two_processes(tmp_path, model_dir, *extra, port=29517):
     launcher = Path(sys.executable).with_name("accelerate")
     command = [
         str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
-        str(HERE / "multiprocess_train.py"), tiny_agent_dir, str(tmp_path),
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
+        str(HERE / "multiprocess_train.py"), model_dir, str(tmp_path), *extra,
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
-    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_two_processes_share_group_statistics_and_end_with_identical_weights(tmp_path, tiny_agent_dir):
+    rank0, rank1 = run_two_processes(tmp_path, tiny_agent_dir)
 
     assert rank0["world_size"] == rank1["world_size"] == 2
     assert rank0["changed"] and rank1["changed"]
@@ -36,3 +40,14 @@ def test_two_processes_share_group_statistics_and_end_with_identical_weights(tmp
     returns = torch.tensor(rank0["returns"] + rank1["returns"])
     expected = group_relative_advantages(returns, group_size=8)
     assert rank0["advantages"] + rank1["advantages"] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_ragen_preset_filters_and_trains_critics_identically_on_two_processes(tmp_path, tiny_agent_dir):
+    # Two task groups, one per rank; the variance filter keeps one of them, so one rank trains on nothing that
+    # step and must still take part in every collective.
+    rank0, rank1 = run_two_processes(tmp_path, tiny_agent_dir, "starpo-s-ragen", port=29518)
+    assert rank0["weights"] == rank1["weights"]
+    assert rank0["critics"] == rank1["critics"] and set(rank0["critics"]) == {"value_critic"}
+    assert rank0["kept_fraction"] == rank1["kept_fraction"] == [0.5] * 3

@@ -141,3 +141,19 @@ def test_a_short_run_with_each_preset_on_sokoban(tmp_path, tiny_model_dir, prese
     if preset == "starpo-s":
         assert 0 < first["critic/thinking_scale"] < 1
         assert all(t.turns[0].thinking_score is not None for t in trainer.last_trajectories)
+
+
+def test_critics_are_saved_with_checkpoints_and_restored_on_resume(tmp_path, tiny_model_dir):
+    args = make_args(tmp_path, advantage_estimator="gae", thinking_critic=True, save_strategy="steps", save_steps=2)
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks())
+    trainer.train()
+    checkpoint = tmp_path / "checkpoint-2"
+    assert (checkpoint / "value_critic.safetensors").exists() and (checkpoint / "thinking_critic_optimizer.pt").exists()
+    saved = {k: v.clone() for k, v in trainer.value_critic.state_dict().items()}
+
+    resumed = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks())
+    assert not torch.equal(resumed.value_critic.head.weight, saved["head.weight"])
+    resumed._load_from_checkpoint(str(checkpoint))
+    for key, value in resumed.value_critic.state_dict().items():
+        assert torch.equal(value, saved[key])
+    assert resumed.thinking_critic.optimizer.state_dict()["state"]  # Adam moments came back too

@@ -9,6 +9,7 @@ after the first prompt) in which only the model's own tokens are trained.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import pad, use_adapter
 
 from .algorithms import turns as turn_tensors
@@ -31,8 +33,10 @@ from .algorithms.critics import (
     ThinkingCritic,
     ValueCritic,
     explained_variance,
+    load_critics,
     pooled_thinking_states,
     reasoning_signals,
+    save_critics,
 )
 from .algorithms.filtering import trajectory_filter_mask
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
@@ -142,6 +146,11 @@ class StarPOTrainer(GRPOTrainer):
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
         self._capture_loss_logps = False
+        if args.kl_early_stop > 0 and self.num_iterations == 1 and args.steps_per_generation <= args.gradient_accumulation_steps:
+            logger.warning(
+                "kl_early_stop has nothing to stop: every update is the first on its rollouts. It acts when "
+                "num_iterations > 1 or steps_per_generation > gradient_accumulation_steps."
+            )
 
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
         hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
@@ -460,6 +469,19 @@ class StarPOTrainer(GRPOTrainer):
             )
             self._buffered_inputs = None
         return super()._prepare_inputs(generation_batch)
+
+    def _critics(self) -> dict[str, torch.nn.Module]:
+        return {name: critic for name, critic in (("value_critic", self.value_critic), ("thinking_critic", self.thinking_critic)) if critic is not None}
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.accelerator.is_main_process and self._critics():
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            save_critics(self._critics(), folder)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_critics(self._critics(), resume_from_checkpoint)
 
     def _log_rollouts(self, trajectories, all_returns, all_advantages, group_size: int, mode: str) -> None:
         device = self.accelerator.device

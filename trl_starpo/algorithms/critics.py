@@ -11,9 +11,11 @@ Across processes, critic gradients are averaged before each step, so every proce
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
+from safetensors.torch import load_file, save_file
 import torch.nn.functional as F
 from torch import nn
 
@@ -187,3 +189,22 @@ def pooled_thinking_states(hidden: torch.Tensor, trajectory: Trajectory, complet
         if positions:
             pooled[i] = hidden[positions].mean(dim=0)
     return pooled
+
+
+def save_critics(critics: dict[str, nn.Module], folder: str) -> None:
+    """Write each critic's weights (``<name>.safetensors``) and optimizer state (``<name>_optimizer.pt``)."""
+    for name, critic in critics.items():
+        save_file({k: v.contiguous() for k, v in critic.state_dict().items()}, os.path.join(folder, f"{name}.safetensors"))
+        torch.save(critic.optimizer.state_dict(), os.path.join(folder, f"{name}_optimizer.pt"))
+
+
+def load_critics(critics: dict[str, nn.Module], folder: str) -> None:
+    """Restore what ``save_critics`` wrote; a checkpoint without a critic's files leaves that critic as it is."""
+    for name, critic in critics.items():
+        weights = os.path.join(folder, f"{name}.safetensors")
+        if not os.path.exists(weights):
+            continue
+        critic.load_state_dict(load_file(weights, device=str(next(critic.parameters()).device)))
+        optimizer = os.path.join(folder, f"{name}_optimizer.pt")
+        if os.path.exists(optimizer):
+            critic.optimizer.load_state_dict(torch.load(optimizer, weights_only=True))
