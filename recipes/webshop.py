@@ -1,0 +1,13 @@
+"""StarPO on WebShop (offline: a generated store with WebShop's pages, actions and reward).
+
+    accelerate launch recipes/webshop.py --config recipes/configs/webshop.yaml
+    accelerate launch --multi_gpu --num_processes 2 recipes/webshop.py --config recipes/configs/webshop.yaml
+    accelerate launch recipes/webshop.py --config recipes/configs/webshop.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
+
+The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
+"""
+
+from trl_starpo.recipes import run
+
+if __name__ == "__main__":
+    run(environment="webshop")

@@ -1,0 +1,269 @@
+"""The MiniGrid / BabyAI environment package (environments/minigrid), on the real minigrid engine."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from minigrid.core.grid import Grid
+from minigrid.core.mission import MissionSpace
+from minigrid.core.world_object import Ball, Door, Goal, Key, Lava, Wall
+from minigrid.minigrid_env import MiniGridEnv
+from starpo_minigrid import ACTIONS, ENV_IDS, MiniGridTextEnv, expert_solution
+from starpo_minigrid.text import object_name, parse_action, relative_position
+
+import trl_starpo
+from trl_starpo.envs import Environment
+
+SPLITS = ("train", "validation", "test")
+
+
+class HandBuiltRoom(MiniGridEnv):
+    """A 7x7 walled room laid out by hand. The agent stands at (3, 5), facing up (north), carrying a green key.
+
+    ``blocked`` walls off the far half of the room (row 3, where the red key was); ``lava`` puts lava one step ahead.
+    """
+
+    def __init__(self, blocked: bool = False, lava: bool = False, max_steps: int = 20):
+        self.blocked, self.lava = blocked, lava
+        mission_space = MissionSpace(mission_func=lambda: "get to the green goal square")
+        super().__init__(mission_space=mission_space, grid_size=7, max_steps=max_steps)
+
+    def _gen_grid(self, width, height):
+        self.grid = Grid(width, height)
+        self.grid.wall_rect(0, 0, width, height)
+        self.put_obj(Door("red", is_open=True), 0, 5)
+        self.put_obj(Door("yellow", is_locked=True), 6, 4)
+        self.put_obj(Key("red"), 1, 3)
+        self.put_obj(Ball("blue"), 3, 2)
+        self.put_obj(Goal(), 5, 1)
+        if self.blocked:
+            for x in range(1, 6):
+                self.put_obj(Wall(), x, 3)
+        if self.lava:
+            self.put_obj(Lava(), 3, 4)
+        self.agent_pos, self.agent_dir = (3, 5), 3
+
+    def reset(self, **kwargs):
+        observation = super().reset(**kwargs)
+        self.carrying = Key("green")
+        return observation
+
+
+gym.register("StarPOTest/HandBuilt-v0", entry_point=HandBuiltRoom)
+gym.register("StarPOTest/HandBuiltBlocked-v0", entry_point=HandBuiltRoom, kwargs={"blocked": True})
+gym.register("StarPOTest/HandBuiltLava-v0", entry_point=HandBuiltRoom, kwargs={"lava": True})
+
+
+@pytest.fixture(scope="module")
+def splits():
+    return {split: trl_starpo.load_tasks("minigrid", split) for split in SPLITS}
+
+
+def start(env_id, **kwargs):
+    env = MiniGridTextEnv(**kwargs)
+    observation, _ = env.reset(options={"task": {"env_id": env_id, "seed": 0}})
+    return env, observation
+
+
+def play(env, actions, **reset_kwargs):
+    trajectory = [env.reset(**reset_kwargs)]
+    for action in actions:
+        trajectory.append(env.step(action))
+        if trajectory[-1][2] or trajectory[-1][3]:
+            break
+    return trajectory
+
+
+def test_registered_and_follows_the_protocol():
+    assert "minigrid" in trl_starpo.list_environments()
+    env = trl_starpo.load_environment("minigrid", env_ids="BabyAI-GoToObj-v0")
+    assert isinstance(env, Environment)
+    assert env.action_description == "turn left, turn right, go forward, pick up, drop, toggle"
+    assert all(action in env.system_prompt for action in ACTIONS)
+    assert env.admissible_actions() == list(ACTIONS)
+    observation, info = env.reset(seed=5)
+    assert info == {"env_id": "BabyAI-GoToObj-v0", "seed": 5, "mission": env.engine.mission}
+    assert observation.startswith(f"Mission: {env.engine.mission}\nYou see ")
+    assert env.expert_action() in ACTIONS
+    env.close()
+
+
+def test_describes_a_hand_built_room():
+    _, observation = start("StarPOTest/HandBuilt-v0")
+    assert observation.splitlines() == [
+        "Mission: get to the green goal square",
+        "You carry a green key",
+        "You see a wall 3 steps right",
+        "You see an open red door 3 steps left",
+        "You see a blue ball 3 steps forward",
+        "You see a red key 2 steps left and 2 steps forward",
+        "You see a locked yellow door 3 steps right and 1 step forward",
+        "You see a green goal 2 steps right and 4 steps forward",
+    ]
+
+
+def test_turning_changes_the_view():
+    env, _ = start("StarPOTest/HandBuilt-v0")
+    observation, *_ = env.step("turn left")
+    assert observation.splitlines() == [
+        "Mission: get to the green goal square",
+        "You carry a green key",
+        "You see a wall 1 step left",
+        "You see an open red door 3 steps forward",
+        "You see a blue ball 3 steps right",
+        "You see a red key 2 steps right and 2 steps forward",
+    ]
+
+
+def test_walls_hide_what_is_behind_them():
+    _, observation = start("StarPOTest/HandBuiltBlocked-v0")
+    assert observation.splitlines()[1:] == [
+        "You carry a green key",
+        "You see a wall 2 steps forward",
+        "You see a wall 3 steps right",
+        "You see an open red door 3 steps left",
+        "You see a locked yellow door 3 steps right and 1 step forward",
+    ]
+
+
+def test_sentence_parts():
+    assert relative_position(0, 1) == "1 step forward"
+    assert relative_position(-1, 0) == "1 step left"
+    assert relative_position(2, 3) == "2 steps right and 3 steps forward"
+    assert object_name(Door("grey")) == "a closed grey door"
+    assert object_name(Door("grey", is_open=True)) == "an open grey door"
+    assert object_name(Door("grey", is_locked=True)) == "a locked grey door"
+    assert object_name(Lava()) == "lava"
+
+
+@pytest.mark.parametrize(
+    ("text", "action"),
+    [
+        ("go forward", 2),
+        ("  Go   Forward ", 2),
+        ("TURN LEFT", 0),
+        ("turn\tright", 1),
+        ("pickup", 3),
+        ("Pick Up", 3),
+        ("drop", 4),
+        ("Toggle", 5),
+    ],
+)
+def test_word_actions_ignore_case_and_spaces(text, action):
+    assert parse_action(text) == action
+
+
+@pytest.mark.parametrize("text", ["", "forward", "go forward please", "done", "2", "turn around", "left"])
+def test_invalid_actions_change_nothing(text):
+    env, observation = start("BabyAI-GoToLocal-v0")
+    new_observation, reward, terminated, truncated, info = env.step(text)
+    assert new_observation == "Invalid action.\n" + observation
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert info == {"action_is_valid": False, "action_is_effective": False, "success": False}
+    assert env.engine.step_count == 0
+    assert env.step("turn right")[0] != observation
+
+
+def test_effective_means_the_state_changed():
+    env, _ = start("StarPOTest/HandBuilt-v0")
+    steps = ["pick up", "turn right", "go forward", "go forward", "go forward", "turn left", "drop", "pick up"]
+    effective = [env.step(action)[4]["action_is_effective"] for action in steps]
+    # Nothing to pick up ahead (and the hands are full); the third step east bumps into the wall; the green key is
+    # dropped and picked up again.
+    assert effective == [False, True, True, True, False, True, True, True]
+    assert env.engine.carrying.color == "green"
+
+
+def test_reaching_the_goal_pays_minigrid_reward():
+    env, _ = start("StarPOTest/HandBuilt-v0")
+    for action in ["turn right", "go forward", "go forward", "turn left", "go forward", "go forward", "go forward"]:
+        _, reward, terminated, truncated, info = env.step(action)
+        assert (reward, terminated, truncated, info["success"]) == (0.0, False, False, False)
+    assert env.expert_action() == "go forward"
+    _, reward, terminated, truncated, info = env.step("go forward")
+    assert reward == pytest.approx(1 - 0.9 * 8 / 20)
+    assert (terminated, truncated, info["success"]) == (True, False, True)
+    assert all(type(value) is bool for value in (terminated, truncated, *info.values()))
+    assert env.expert_action() is None
+    with pytest.raises(RuntimeError):
+        env.step("turn left")
+
+
+def test_lava_ends_the_episode_without_reward():
+    env, _ = start("StarPOTest/HandBuiltLava-v0")
+    _, reward, terminated, truncated, info = env.step("go forward")
+    assert (reward, terminated, truncated, info["success"]) == (0.0, True, False, False)
+
+
+def test_step_limit_truncates_and_invalid_actions_do_not_count():
+    env, _ = start("BabyAI-GoToLocal-v0", max_steps=2)
+    assert env.engine.max_steps == 2
+    assert env.step("turn left")[2:4] == (False, False)
+    assert env.step("fly")[2:4] == (False, False)
+    assert env.step("turn left")[2:4] == (False, True)
+
+
+def test_expert_solves_a_sample_of_each_split_as_recorded(splits):
+    env = MiniGridTextEnv()
+    for split, tasks in splits.items():
+        sample = tasks.select(range(0, len(tasks), 23 if split == "train" else 7))  # strides coprime to 10 levels
+        assert set(sample["env_id"]) == set(ENV_IDS)
+        for task in sample:
+            solution = expert_solution(env, task)
+            assert solution is not None, task
+            assert len(solution) == task["expert_steps"]
+
+
+def test_expert_advises_after_the_agent_strays(splits):
+    """After a random detour the expert still completes the mission. The detours never toggle (opening a box may
+    destroy the object of the mission) and skip the lava levels (stepping into lava ends the episode)."""
+    env = MiniGridTextEnv()
+    rng = np.random.default_rng(0)
+    detour_actions = [action for action in ACTIONS if action != "toggle"]
+    for task in splits["validation"].select(range(10, 40)):
+        env.reset(options={"task": task})
+        detour = 0 if "Lava" in task["env_id"] else int(rng.integers(1, 12))
+        for step in range(100):
+            action = detour_actions[rng.integers(len(detour_actions))] if step < detour else env.expert_action()
+            *_, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        assert info["success"], task
+
+
+def test_no_expert_for_a_level_it_does_not_know():
+    env, _ = start("MiniGrid-Unlock-v0")  # no goal square and no BabyAI instructions
+    assert env.expert_action() is None
+
+
+def test_layout_is_determined_by_the_seed():
+    env = MiniGridTextEnv()
+    actions = ["go forward", "turn left", "go forward", "pick up", "turn right", "go forward", "toggle"] * 2
+    for env_id in ENV_IDS:
+        task = {"env_id": env_id, "seed": 7}
+        assert play(env, actions, options={"task": task}) == play(env, actions, options={"task": task})
+        assert play(env, actions, options={"task": task}) == play(env, actions, seed=1, options={"task": task})
+    assert play(env, actions, seed=3) == play(env, actions, seed=3)
+    starts = {env.reset(options={"task": {"env_id": "BabyAI-GoToLocal-v0", "seed": seed}})[0] for seed in range(10)}
+    assert len(starts) == 10
+    assert len({env.reset(seed=seed)[1]["env_id"] for seed in range(40)}) == len(ENV_IDS)
+
+
+def test_a_task_from_another_minigrid_version_is_refused():
+    task = {"task_id": "old", "env_id": "BabyAI-GoToLocal-v0", "seed": 0, "mission": "go to the moon"}
+    with pytest.raises(ValueError, match="another minigrid version"):
+        MiniGridTextEnv().reset(options={"task": task})
+
+
+def test_shipped_splits_are_balanced_and_disjoint_in_seeds(splits):
+    assert {split: len(tasks) for split, tasks in splits.items()} == {"train": 500, "validation": 100, "test": 100}
+    seeds = [set(tasks["seed"]) for tasks in splits.values()]
+    assert sum(map(len, seeds)) == 700 and len(set.union(*seeds)) == 700
+    env = MiniGridTextEnv()
+    for tasks in splits.values():
+        assert {env_id: tasks["env_id"].count(env_id) for env_id in ENV_IDS} == dict.fromkeys(
+            ENV_IDS, len(tasks) // len(ENV_IDS)
+        )
+        for task in tasks.select(range(0, len(tasks), 7)):
+            env.reset(options={"task": task})  # checks the recorded mission
+            assert env.engine.max_steps == task["max_steps"] and 0 < task["expert_steps"] < task["max_steps"]
+    assert splits["test"][12]["task_id"] == "minigrid-test-00012"
