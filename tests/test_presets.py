@@ -7,6 +7,7 @@ from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 
 from trl_starpo import StarPOTrainer
 from trl_starpo.presets import PRESETS
+from trl_starpo.trajectory import Segment
 
 SCRIPT = {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, GOOD, BAD]}  # returns 1, 0, 1, 0
 
@@ -134,6 +135,9 @@ def test_a_short_run_with_each_preset_on_sokoban(tmp_path, tiny_model_dir, prese
     trainer.train()
     logs = [e for e in trainer.state.log_history if "loss" in e]
     assert len(logs) == 2 and all(torch.isfinite(torch.tensor(e["loss"])) for e in logs)
+    for trajectory in trainer.last_trajectories:  # sampling log-probs on exactly the generated tokens
+        sampled = [lp is not None for lp in trajectory.logprobs]
+        assert sampled == [s in (Segment.THINKING, Segment.ACTION) for s in trajectory.segments]
     first = logs[0]  # rollouts are collected at the first step and reused by the second (num_iterations=2)
     assert 0 < first["filter/kept_fraction"] <= 1
     if preset == "starpo-s-ragen":

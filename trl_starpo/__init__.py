@@ -17,13 +17,22 @@ _LAZY = {
     "RolloutCollector": "trl_starpo.rollout.collector",
     "load_default_model": "trl_starpo.models",
     "resolve_model_path": "trl_starpo.models",
+    "PRESETS": "trl_starpo.presets",
+    "TrajectoryStore": "trl_starpo.store",
+    "OfflineStarPOTrainer": "trl_starpo.offline",
+    "evaluate": "trl_starpo.evaluation",
+    "make_policy": "trl_starpo.evaluation",
 }
 
 __all__ = ["Environment", "list_environments", "load_environment", "load_tasks", *_LAZY]
 
 if TYPE_CHECKING:
     from .config import StarPOConfig
+    from .evaluation import evaluate, make_policy
     from .models import load_default_model, resolve_model_path
+    from .offline import OfflineStarPOTrainer
+    from .presets import PRESETS
+    from .store import TrajectoryStore
     from .rollout.collector import RolloutCollector
     from .trainer import StarPOTrainer
     from .trajectory import Segment, Trajectory

@@ -1,27 +1,398 @@
-"""The ``trl-starpo`` command line."""
+"""The ``trl-starpo`` command line.
+
+    trl-starpo envs                                   installed environments and their task counts
+    trl-starpo eval --env NAME --policy random        a success table (model, random or expert policy)
+    trl-starpo play --env NAME [--model M]            a person (or a model) plays one episode in the terminal
+    trl-starpo train --env NAME --model M             the recipe of recipes/<env>.py, any StarPOConfig flag
+    trl-starpo push CHECKPOINT --repo-id USER/NAME    an agent and its trajectories to the Hub
+    trl-starpo plot RUN                               learning curves of a logged run as a PNG
+    trl-starpo html TRAJECTORIES                      sampled trajectories as an HTML page
+
+Heavy modules (torch, transformers) are imported by the commands that need them, so ``envs`` and the baselines
+start fast. Errors a user can fix (an unknown environment, split, model or policy) print one line and exit with 2.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A mistake in the command's arguments or inputs, reported in one line."""
+
+
+# ------------------------------------------------------------------------------------------------------ envs
 
 
 def _envs(_: argparse.Namespace) -> int:
     from .envs import list_environments, load_tasks
 
     for name in list_environments():
-        tasks = load_tasks(name)
-        counts = ", ".join(f"{split}={len(ds)}" for split, ds in tasks.items())
+        try:
+            tasks = load_tasks(name)
+            counts = ", ".join(f"{split}={len(ds)}" for split, ds in tasks.items())
+        except Exception as error:  # one broken package must not hide the others
+            counts = f"(tasks unavailable: {type(error).__name__}: {str(error).splitlines()[0][:100]})"
         print(f"{name:<12} {counts}")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+# ------------------------------------------------------------------------------------------------------ eval
+
+TABLE_COLUMNS = (
+    ("environment", "environment", "{}"),
+    ("split", "split", "{}"),
+    ("policy", "policy", "{}"),
+    ("episodes", "episodes", "{}"),
+    ("success", "success", "{:.3f}"),
+    ("±", "success_stderr", "{:.3f}"),
+    ("return", "return", "{:.3f}"),
+    ("turns", "turns", "{:.2f}"),
+    ("valid actions", "action_validity", "{:.3f}"),
+    ("format errors", "format_error_rate", "{:.3f}"),
+)
+
+
+def format_table(rows: list[dict]) -> str:
+    """A Markdown table of evaluation summaries (``EvaluationResult.to_dict()`` rows)."""
+    header = "| " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " |"
+    rule = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
+    lines = [header, rule]
+    for row in rows:
+        cells = [fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in TABLE_COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    models = sorted({row["model"] for row in rows if row.get("model")})
+    if models:
+        lines.append("")
+        lines.extend(f"model: {model}" for model in models)
+    return "\n".join(lines)
+
+
+def _settings(args: argparse.Namespace, model_path: str | None):
+    from .evaluation import RolloutSettings
+
+    settings = RolloutSettings.from_pretrained(model_path)
+    return settings.updated(
+        max_turns=args.max_turns,
+        max_actions_per_turn=args.max_actions_per_turn,
+        max_tokens_per_turn=args.max_tokens_per_turn,
+        max_context_length=args.max_context_length,
+    )
+
+
+def _environment_kwargs(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CommandError(f"--env-kwargs must be a JSON object, e.g. '{{\"size\": 6}}': {error}") from None
+    if not isinstance(value, dict):
+        raise CommandError("--env-kwargs must be a JSON object, e.g. '{\"size\": 6}'.")
+    return value
+
+
+def _load_split(environment: str, split: str, source: str | None):
+    from .envs import load_tasks
+
+    try:
+        return load_tasks(environment, split=split, source=source)
+    except ValueError:
+        raise
+    except (FileNotFoundError, KeyError) as error:
+        raise CommandError(f"Environment {environment!r} has no {split!r} split: {error}") from None
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .envs import list_environments
+    from .evaluation import POLICIES, evaluate, make_policy
+
+    environments = [name for value in args.env for name in value.split(",") if name]
+    known = list_environments()
+    for name in environments:
+        if name not in known:
+            raise CommandError(
+                f"Unknown environment {name!r}. Installed environments: {', '.join(known) or 'none'}."
+            )
+    policies = [p for value in args.policy for p in value.split(",") if p]
+    for policy in policies:
+        if policy not in POLICIES:
+            raise CommandError(f"Unknown policy {policy!r}; choose among {', '.join(POLICIES)}.")
+    if "model" in policies and not args.model:
+        raise CommandError("--policy model needs --model (a local folder or a Hub id).")
+    env_kwargs = _environment_kwargs(args.env_kwargs)
+    splits = {name: _load_split(name, args.split, args.tasks) for name in environments}
+    _check_baselines(policies, environments, env_kwargs)
+
+    model_path = None
+    if "model" in policies:
+        from .models import resolve_model_path
+
+        model_path = resolve_model_path(args.model)
+    settings = _settings(args, model_path)
+    results = []
+    for policy_name in policies:
+        policy = make_policy(
+            policy_name,
+            model=args.model,
+            settings=settings,
+            seed=args.seed,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            batch_size=args.batch_size,
+            device=args.device,
+            dtype=args.dtype,
+        )
+        for name in environments:
+            result = evaluate(
+                policy,
+                name,
+                splits[name],
+                args.episodes,
+                environment_kwargs=env_kwargs,
+                split=args.split,
+                model_name=args.model if policy_name == "model" else None,
+                progress=not args.json and not args.no_progress,
+            )
+            results.append(result)
+            if args.save_trajectories:
+                _save_eval_trajectories(result, Path(args.save_trajectories))
+    rows = [result.to_dict() for result in results]
+    print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2) if args.json else format_table(rows))
+    return 0
+
+
+def _check_baselines(policies: list[str], environments: list[str], env_kwargs: dict) -> None:
+    """Refuse, before anything is played, a baseline that an environment cannot support."""
+    from .envs import load_environment
+    from .evaluation import make_policy
+
+    scripted = [make_policy(name) for name in policies if name != "model"]
+    for name in environments if scripted else []:
+        env = load_environment(name, **env_kwargs)
+        try:
+            for policy in scripted:
+                policy.check(env)
+        finally:
+            env.close()
+
+
+def _save_eval_trajectories(result, folder: Path) -> None:
+    from .store import TrajectoryStore
+
+    store = TrajectoryStore(capacity=max(len(result.trajectories), 1))
+    store.add(result.trajectories, step=0, environment=result.environment)
+    store.save(folder / f"{result.environment}-{result.split}-{result.policy}")
+
+
+# ------------------------------------------------------------------------------------------------------ play
+
+
+def _play(args: argparse.Namespace) -> int:
+    from .play import play_human, play_model
+
+    tasks = _load_split(args.env, args.split, args.tasks)
+    if not 0 <= args.task < len(tasks):
+        raise CommandError(f"--task must be between 0 and {len(tasks) - 1} for the {args.split} split.")
+    task = dict(tasks[args.task])
+    env_kwargs = _environment_kwargs(args.env_kwargs)
+    if args.model:
+        from .evaluation import make_policy
+        from .models import resolve_model_path
+
+        settings = _settings(args, resolve_model_path(args.model))
+        policy = make_policy("model", model=args.model, settings=settings, seed=args.seed,
+                             temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype)
+        trajectory = play_model(policy, args.env, task, environment_kwargs=env_kwargs)
+    else:
+        settings = _settings(args, None)
+        trajectory = play_human(args.env, task, settings, environment_kwargs=env_kwargs)
+    return 0 if trajectory is not None else 1
+
+
+# ----------------------------------------------------------------------------------------------------- train
+
+
+def _train(args: argparse.Namespace, extra: list[str]) -> int:
+    from .envs import list_environments
+
+    if args.env not in list_environments():
+        raise CommandError(
+            f"Unknown environment {args.env!r}. Installed environments: {', '.join(list_environments()) or 'none'}."
+        )
+    from .recipes import run
+
+    argv = list(extra)
+    if args.config:
+        argv = ["--config", args.config, *argv]
+    if args.model:
+        argv += ["--model_name_or_path", args.model]
+    if args.preset:
+        argv += ["--preset", args.preset]
+    run(environment=args.env, argv=argv)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------ push
+
+
+def _push(args: argparse.Namespace) -> int:
+    from .hub import push_agent
+
+    urls = push_agent(
+        args.checkpoint,
+        repo_id=args.repo_id,
+        trajectories_repo_id=args.trajectories_repo_id,
+        private=args.private,
+        token=args.token,
+        push_trajectories=not args.no_trajectories,
+        commit_message=args.commit_message,
+    )
+    for kind, url in urls.items():
+        print(f"{kind}: {url}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------ plot
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from .plotting import plot_run
+
+    try:
+        path = plot_run(args.run, args.output)
+    except FileNotFoundError as error:
+        raise CommandError(str(error)) from None
+    print(path)
+    return 0
+
+
+def _html(args: argparse.Namespace) -> int:
+    from .html_export import write_store_html
+    from .store import TrajectoryStore
+
+    try:
+        store = TrajectoryStore.load(args.trajectories)
+    except FileNotFoundError as error:
+        raise CommandError(str(error)) from None
+    path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title)
+    print(path)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------ main
+
+
+def _add_rollout_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("episode limits (default: the agent's starpo_agent.json, else StarPOConfig's)")
+    group.add_argument("--max-turns", type=int)
+    group.add_argument("--max-actions-per-turn", type=int)
+    group.add_argument("--max-tokens-per-turn", type=int)
+    group.add_argument("--max-context-length", type=int)
+
+
+def _add_model_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model policy")
+    group.add_argument("--temperature", type=float, default=1.0, help="sampling temperature; 0 decodes greedily")
+    group.add_argument("--top-p", type=float, default=1.0)
+    group.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
+    group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--seed", type=int, default=0, help="seeds sampling and the random policy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``trl-starpo`` argument parser (``train`` passes unknown flags on to the recipe's parser)."""
     parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.")
     commands = parser.add_subparsers(dest="command", required=True)
+
     commands.add_parser("envs", help="list installed environments and their task counts").set_defaults(func=_envs)
-    args = parser.parse_args(argv)
-    return args.func(args)
+
+    ev = commands.add_parser("eval", help="success table of a model, random or expert policy",
+                             description="Play evaluation episodes and print a success table.")
+    ev.add_argument("--env", action="append", required=True,
+                    help="environment name; repeat it or separate names with commas for several")
+    ev.add_argument("--model", help="a local folder (full model or LoRA adapter) or a Hub id")
+    ev.add_argument("--policy", action="append", default=None,
+                    help="model, random or expert; repeat or separate with commas (default: model)")
+    ev.add_argument("--split", default="validation", help="task split (default: %(default)s)")
+    ev.add_argument("--episodes", type=int, default=None, help="episodes per environment (default: the whole split)")
+    ev.add_argument("--tasks", help="a Hub dataset id or local folder of tasks instead of the environment's own")
+    ev.add_argument("--env-kwargs", help="JSON object of keyword arguments for the environment")
+    ev.add_argument("--batch-size", type=int, default=16, help="episodes generated together")
+    ev.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ev.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ev.add_argument("--save-trajectories", metavar="DIR", help="also save the episodes as trajectory datasets")
+    _add_model_flags(ev)
+    _add_rollout_flags(ev)
+    ev.set_defaults(func=_eval)
+
+    play = commands.add_parser("play", help="play one episode in the terminal (you, or a model with --model)")
+    play.add_argument("--env", required=True)
+    play.add_argument("--model", help="let this model play instead of you")
+    play.add_argument("--split", default="validation")
+    play.add_argument("--task", type=int, default=0, help="row of the split to play (default: %(default)s)")
+    play.add_argument("--tasks", help="a Hub dataset id or local folder of tasks")
+    play.add_argument("--env-kwargs", help="JSON object of keyword arguments for the environment")
+    _add_model_flags(play)
+    _add_rollout_flags(play)
+    play.set_defaults(func=_play)
+
+    train = commands.add_parser(
+        "train", help="train with the recipe; any StarPOConfig / ModelConfig flag passes through",
+        description="Train a StarPO agent. Flags not listed here go to the recipe (StarPOConfig, ModelConfig, "
+        "--eval_episodes, --tasks, --save_trajectories, ...), as for recipes/<env>.py.",
+    )
+    train.add_argument("--env", required=True)
+    train.add_argument("--preset", help="a StarPOConfig preset (starpo, starpo-s, ...)")
+    train.add_argument("--model", help="model id or folder (--model_name_or_path)")
+    train.add_argument("--config", help="YAML file with the recipe's fields")
+    train.set_defaults(func=_train, passthrough=True)
+
+    push = commands.add_parser("push", help="push a local checkpoint (agent, card, trajectories) to the Hub")
+    push.add_argument("checkpoint", help="an output_dir or checkpoint-N folder")
+    push.add_argument("--repo-id", required=True, help="USER/NAME of the model repository")
+    push.add_argument("--trajectories-repo-id", help="dataset repository (default: <repo-id>-trajectories)")
+    push.add_argument("--no-trajectories", action="store_true", help="push the agent only")
+    push.add_argument("--private", action="store_true")
+    push.add_argument("--token", help="a Hub token (default: the logged-in one)")
+    push.add_argument("--commit-message", default="Upload StarPO agent")
+    push.set_defaults(func=_push)
+
+    plot = commands.add_parser("plot", help="learning curves of a run (trainer_state.json) as a PNG")
+    plot.add_argument("run", help="an output_dir, a checkpoint folder or a trainer_state.json file")
+    plot.add_argument("--output", "-o", help="PNG path (default: <run>/learning_curves.png)")
+    plot.set_defaults(func=_plot)
+
+    html = commands.add_parser("html", help="sampled trajectories of a store as an HTML page")
+    html.add_argument("trajectories", help="a saved trajectory store folder")
+    html.add_argument("--output", "-o", default="trajectories.html")
+    html.add_argument("--sample", type=int, default=16, help="trajectories to show (default: %(default)s)")
+    html.add_argument("--seed", type=int, default=0)
+    html.add_argument("--title", default="StarPO trajectories")
+    html.set_defaults(func=_html)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    passthrough = getattr(args, "passthrough", False)
+    if extra and not passthrough:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "eval" and args.policy is None:
+        args.policy = ["model"]
+    # A training run keeps the tracebacks of its errors; the other commands report them in one line.
+    caught = (CommandError,) if passthrough else (CommandError, ValueError)
+    try:
+        return args.func(args, extra) if passthrough else args.func(args)
+    except caught as error:
+        print(f"trl-starpo {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

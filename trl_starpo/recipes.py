@@ -1,7 +1,14 @@
-"""The training recipe behind ``recipes/<env>.py``: read top to bottom, it is the whole StarPO pipeline.
+"""The training recipe behind ``recipes/<env>.py`` and ``trl-starpo train``: read top to bottom, it is the whole
+StarPO pipeline.
 
 Every field of ``StarPOConfig`` and TRL's ``ModelConfig`` (``--model_name_or_path``, ``--use_peft``, ``--lora_r``,
-...) is a command-line flag or a YAML key (``--config file.yaml``), as in TRL's own scripts.
+...) is a command-line flag or a YAML key (``--config file.yaml``), as in TRL's own scripts, plus the
+``RecipeArguments`` below.
+
+A run leaves in ``output_dir``: the agent (the LoRA adapter when ``use_peft``), ``starpo_agent.json``,
+``validation_results.json``, ``learning_curves.png``, ``trainer_state.json``, the trajectory store
+``trajectories/`` with an HTML sample ``trajectories.html``, and a model card ``README.md``. With
+``--push_to_hub`` the agent and its trajectories go to the Hub at the end.
 """
 
 from __future__ import annotations
@@ -12,9 +19,12 @@ from pathlib import Path
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
+from .callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import load_tasks
+from .hub import write_agent_files
 from .models import DEFAULT_MODEL, resolve_model_path
+from .store import DEFAULT_CAPACITY
 from .trainer import StarPOTrainer
 
 
@@ -28,13 +38,44 @@ class RecipeArguments:
     eval_episodes: int = field(
         default=32, metadata={"help": "Validation episodes played before and after training (0 to skip)."}
     )
+    save_trajectories: bool = field(
+        default=True,
+        metadata={"help": "Keep the trajectories of every step in a store saved with checkpoints and at the end."},
+    )
+    trajectory_capacity: int = field(
+        default=DEFAULT_CAPACITY, metadata={"help": "Trajectories the store keeps (the oldest are dropped first)."}
+    )
+    html_sample: int = field(
+        default=16, metadata={"help": "Trajectories sampled into output_dir/trajectories.html at the end (0: none)."}
+    )
 
 
-def run(environment: str) -> dict[str, dict[str, float]]:
-    """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
+def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, StarPOConfig, ModelConfig]:
+    """Parse ``argv`` (the command line by default) and its ``--config`` YAML into the recipe's three dataclasses."""
     parser = TrlParser((RecipeArguments, StarPOConfig, ModelConfig))
-    recipe, args, model_args = parser.parse_args_and_config()
-    model_path = resolve_model_path(model_args.model_name_or_path or DEFAULT_MODEL)
+    return parser.parse_args_and_config(args=argv)
+
+
+def resume_checkpoint(args: StarPOConfig) -> str | None:
+    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or output_dir's last one for ``true``."""
+    value = args.resume_from_checkpoint
+    if value is None or str(value).lower() in ("false", "none", ""):
+        return None
+    if str(value).lower() in ("true", "last"):
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
+        if last is None:
+            raise ValueError(f"resume_from_checkpoint={value!r} but {args.output_dir} holds no checkpoint-* folder.")
+        return last
+    return str(value)
+
+
+def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
+    recipe, args, model_args = parse_arguments(argv)
+    model_name = model_args.model_name_or_path or DEFAULT_MODEL
+    model_path = resolve_model_path(model_name)
     if model_args.dtype not in (None, "auto"):
         args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
 
@@ -45,20 +86,76 @@ def run(environment: str) -> dict[str, dict[str, float]]:
         train_dataset=load_tasks(environment, split="train", source=recipe.tasks),
         peft_config=get_peft_config(model_args),
     )
+    checkpoint = resume_checkpoint(args)
+    agent = attach_agent_callbacks(
+        trainer,
+        environment=environment,
+        base_model=model_name,
+        save_trajectories=recipe.save_trajectories,
+        capacity=recipe.trajectory_capacity,
+        html_sample=recipe.html_sample,
+        resume_from_checkpoint=checkpoint,
+    )
     validation = load_tasks(environment, split="validation", source=recipe.tasks)
 
     results = {}
     if recipe.eval_episodes:
-        results["before"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
-    trainer.train()
+        agent.validation = {"split": "validation", "episodes": min(recipe.eval_episodes, len(validation)),
+                            "temperature": args.temperature}
+        results["before"] = agent.validation["before"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
+    trainer.train(resume_from_checkpoint=checkpoint)
     if recipe.eval_episodes:
-        results["after"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
-    trainer.save_model(args.output_dir)
+        results["after"] = agent.validation["after"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
 
     if trainer.accelerator.is_main_process:
         Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
+        write_agent_files(trainer)  # the learning curves again, now with the validation lines
         for when, stats in results.items():
             print(f"validation {when} training: success {stats['success']:.3f}, return {stats['return']:.3f}, "
                   f"format errors {stats['format_error_rate']:.3f}")
+    # Saves the agent and its card; with push_to_hub, also pushes it and its trajectories.
+    trainer.save_model(args.output_dir)
+    if trainer.accelerator.is_main_process and not args.push_to_hub:
+        trainer.create_model_card(model_name=Path(args.output_dir).name)
     trainer.accelerator.wait_for_everyone()
     return results
+
+
+@dataclass
+class OfflineArguments:
+    """What the offline recipe adds to ``StarPOConfig`` and ``ModelConfig``."""
+
+    trajectories: str | None = field(
+        default=None,
+        metadata={"help": "The logged trajectories: a saved store folder (output_dir/trajectories), a Parquet file or "
+                          "a Hub dataset id."},
+    )
+
+
+def run_offline(argv: list[str] | None = None):
+    """Train with offline StarPO on logged trajectories (``recipes/offline.py``); returns the trainer."""
+    from .offline import OfflineStarPOTrainer
+
+    parser = TrlParser((OfflineArguments, StarPOConfig, ModelConfig))
+    offline, args, model_args = parser.parse_args_and_config(args=argv)
+    if not offline.trajectories:
+        raise ValueError("Pass --trajectories (a saved store folder, a Parquet file or a Hub dataset id).")
+    model_name = model_args.model_name_or_path or DEFAULT_MODEL
+    if model_args.dtype not in (None, "auto"):
+        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    trainer = OfflineStarPOTrainer(
+        model=resolve_model_path(model_name),
+        trajectories=offline.trajectories,
+        args=args,
+        peft_config=get_peft_config(model_args),
+    )
+    environments = sorted({e for e in trainer.logged.unique("environment") if e})
+    agent = attach_agent_callbacks(trainer, environment=environments[0] if len(environments) == 1 else None,
+                                   base_model=model_name, save_trajectories=False)
+    agent.environments = environments
+    trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+    trainer.save_model(args.output_dir)
+    if trainer.accelerator.is_main_process and not args.push_to_hub:
+        trainer.create_model_card(model_name=Path(args.output_dir).name)
+    trainer.accelerator.wait_for_everyone()
+    return trainer

@@ -42,6 +42,7 @@ from .algorithms.filtering import trajectory_filter_mask
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
+from .hub import StarPOHubMixin
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -74,7 +75,7 @@ def episode_return(prompts=None, completions=None, *, episode_return: list[float
     return list(episode_return)
 
 
-class StarPOTrainer(GRPOTrainer):
+class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     """Train an LLM agent on whole multi-turn trajectories with StarPO.
 
     Args:
@@ -122,6 +123,7 @@ class StarPOTrainer(GRPOTrainer):
         if not isinstance(args, StarPOConfig):
             raise TypeError(f"args must be a StarPOConfig, got {type(args).__name__}.")
         self.environment_factory = _environment_factory(environment, args.environment_kwargs)
+        self.environment_name = environment if isinstance(environment, str) else None
         if train_dataset is None:
             if not isinstance(environment, str):
                 raise ValueError("Pass train_dataset (the task instances) when environment is a factory.")

@@ -60,6 +60,8 @@ class Trajectory:
         truncation: Why the episode was cut short (``"max_turns"``, ``"action_budget"``, ``"context"``,
             ``"env_error"``), or ``None``.
         env_error: The exception message when the environment failed.
+        logprobs: One entry per token: the log-probability the sampling policy gave each generated token, ``None``
+            on every other token (and on generated tokens when the generator does not report them).
     """
 
     task_id: str
@@ -72,14 +74,18 @@ class Trajectory:
     terminated: bool = False
     truncation: str | None = None
     env_error: str | None = None
+    logprobs: list[float | None] = field(default_factory=list)
 
-    def append(self, ids: list[int], segment: Segment | list[int]) -> None:
-        """Append tokens with one label for all of them, or a label per token."""
+    def append(self, ids: list[int], segment: Segment | list[int], logprobs: list[float] | None = None) -> None:
+        """Append tokens with one label for all of them, or a label per token, and their sampling log-probs."""
         labels = [int(segment)] * len(ids) if isinstance(segment, Segment) else list(segment)
         if len(labels) != len(ids):
             raise ValueError(f"{len(ids)} tokens but {len(labels)} segment labels")
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise ValueError(f"{len(ids)} tokens but {len(logprobs)} log-probs")
         self.token_ids.extend(ids)
         self.segments.extend(labels)
+        self.logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
 
     @property
     def done(self) -> bool:

@@ -152,10 +152,11 @@ class RolloutCollector:
             if not contexts:
                 break
             responses = generator.generate(contexts, max(budget.values()))
+            logprobs = getattr(generator, "last_logprobs", None) or {}
             for i, response_ids in responses.items():
                 response_ids = response_ids[: budget[i]]
                 observation = self._play_turn(
-                    trajectories[i], environments[i], response_ids, last_observation[i], actions_used, i
+                    trajectories[i], environments[i], response_ids, last_observation[i], actions_used, i, logprobs.get(i)
                 )
                 if observation is not None:
                     last_observation[i] = observation
@@ -233,11 +234,12 @@ class RolloutCollector:
         last_observation: str,
         actions_used: list[int],
         index: int,
+        logprobs: list[float] | None = None,
     ) -> str | None:
         """Append one response, step its actions, and append the next observation; returns that observation."""
         response_ids, text, parsed, labels = self._read_response(response_ids)
         start = len(trajectory.token_ids)
-        trajectory.append(response_ids, labels)
+        trajectory.append(response_ids, labels, logprobs[: len(response_ids)] if logprobs is not None else None)
         turn = Turn(
             observation=last_observation,
             response=text,

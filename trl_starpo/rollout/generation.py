@@ -139,10 +139,16 @@ class CachedTransformersGenerator:
         # the row's sequence (0 for padding).
         self._ids: torch.Tensor | None = None
         self._mask: torch.Tensor | None = None
+        self.last_logprobs: dict[int, list[float]] = {}
 
     @torch.no_grad()
     def generate(self, contexts: dict[int, list[int]], max_new_tokens: int) -> dict[int, list[int]]:
-        """Sample the next turn of every context; returns each key's new tokens, cut after the first end-of-turn."""
+        """Sample the next turn of every context; returns each key's new tokens, cut after the first end-of-turn.
+
+        ``last_logprobs`` then holds, per key, the log-probability of each returned token under the distribution it
+        was sampled from (after temperature, top-k / top-p and the other processors).
+        """
+        self.last_logprobs = {}
         if not contexts or max_new_tokens < 1:
             return {key: [] for key in contexts}
         suffixes = self._reuse_cache(contexts)
@@ -151,11 +157,13 @@ class CachedTransformersGenerator:
             suffixes = [contexts[key] for key in contexts]
         self._keys = list(contexts)
         try:
-            new_tokens = self._decode(suffixes, max_new_tokens)
+            new_tokens, logprobs = self._decode(suffixes, max_new_tokens)
         except BaseException:
             self.reset()  # the cache may hold tokens that were never recorded
             raise
-        return {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(self._keys, new_tokens)}
+        responses = {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(self._keys, new_tokens)}
+        self.last_logprobs = {key: row[: len(responses[key])] for key, row in zip(self._keys, logprobs)}
+        return responses
 
     def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
         """Keep the cache rows of ``contexts``, in their order, and return what each context adds to its row.
@@ -178,8 +186,9 @@ class CachedTransformersGenerator:
             self._ids, self._mask = self._ids[index], self._mask[index]
         return suffixes
 
-    def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-        """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row (padding after a stop)."""
+    def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row (padding after a stop);
+        returns the tokens and their sampling log-probs."""
         device = self.model.device
         width = max(len(suffix) for suffix in suffixes)
         chunk = torch.full((len(suffixes), width), self.pad_token_id, dtype=torch.long)
@@ -205,12 +214,14 @@ class CachedTransformersGenerator:
         eos = torch.tensor(self.eos_token_ids, device=device)
         lengths = mask.sum(dim=1)
         finished = torch.zeros(len(suffixes), dtype=torch.bool, device=device)
-        sampled = []
+        sampled, sampled_logprobs = [], []
         for step in range(max_new_tokens):
             # Repeating a row's last token over its padding keeps the padding out of the repetition penalty.
             seen = torch.where(mask.bool(), ids, ids[:, -1:])
-            next_tokens = self._pick(processors(seen, logits)).masked_fill(finished, self.pad_token_id)
+            scores = processors(seen, logits)
+            next_tokens = self._pick(scores).masked_fill(finished, self.pad_token_id)
             sampled.append(next_tokens)
+            sampled_logprobs.append(scores.log_softmax(dim=-1).gather(1, next_tokens[:, None]).squeeze(1))
             real = ~finished
             finished = finished | torch.isin(next_tokens, eos)
             if self.stop_strings:
@@ -222,7 +233,7 @@ class CachedTransformersGenerator:
             logits = self._forward(next_tokens[:, None], mask, lengths[:, None])
             lengths = lengths + real
         self._ids, self._mask = ids, mask
-        return torch.stack(sampled, dim=1).tolist()
+        return torch.stack(sampled, dim=1).tolist(), torch.stack(sampled_logprobs, dim=1).tolist()
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Run ``input_ids`` through the model on top of the cache; returns the last position's logits in float32."""

@@ -1,0 +1,124 @@
+"""Evaluation policies (model, random, expert) and the shared statistics."""
+
+import dataclasses
+import json
+
+import pytest
+from conftest import CounterEnv
+from starpo_testenv import NAME, install_counter_env, register, task_rows
+
+from trl_starpo.evaluation import (
+    AGENT_FILE,
+    ExpertPolicy,
+    ModelPolicy,
+    RandomPolicy,
+    RolloutSettings,
+    evaluate,
+    load_agent,
+    make_policy,
+    summarize,
+)
+from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
+
+
+@pytest.fixture(scope="module")
+def counter_env(tmp_path_factory):
+    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
+    yield NAME
+    undo()
+
+
+def test_settings_defaults_are_starpo_config_defaults():
+    from trl_starpo.config import StarPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(StarPOConfig)}
+    for f in dataclasses.fields(RolloutSettings):
+        assert f.default == defaults[f.name], f.name
+
+
+def test_settings_from_agent_file(tmp_path):
+    (tmp_path / AGENT_FILE).write_text(json.dumps({"rollout": {"max_turns": 7, "unknown": 1}}))
+    settings = RolloutSettings.from_pretrained(tmp_path)
+    assert settings.max_turns == 7 and settings.max_tokens_per_turn == RolloutSettings().max_tokens_per_turn
+    assert settings.updated(max_turns=None, max_tokens_per_turn=9).max_tokens_per_turn == 9
+    assert RolloutSettings.from_pretrained(tmp_path / "nothing") == RolloutSettings()
+
+
+def test_expert_solves_every_task(counter_env):
+    from trl_starpo import load_tasks
+
+    result = evaluate(ExpertPolicy(), counter_env, load_tasks(counter_env, "validation"), split="validation")
+    assert result.episodes == 6
+    assert result.stats["success"] == 1.0 and result.stats["success_stderr"] == 0.0
+    # targets 1, 2, 3: ceil(target / 2) turns of two actions each
+    assert [len(t.turns) for t in result.trajectories] == [1, 1, 2, 1, 1, 2]
+    assert result.stats["action_validity"] == 1.0 and result.stats["format_error_rate"] == 0.0
+    assert result.to_dict()["policy"] == "expert" and result.to_dict()["split"] == "validation"
+
+
+def test_random_policy_is_seeded_and_within_budgets(counter_env):
+    tasks = task_rows("validation", 6)
+    settings = RolloutSettings(max_turns=3, max_actions_per_turn=2, max_actions_per_trajectory=5)
+    first = evaluate(RandomPolicy(settings, seed=1), counter_env, tasks, batch_size=4)
+    again = evaluate(RandomPolicy(settings, seed=1), counter_env, tasks, batch_size=2)
+    other = evaluate(RandomPolicy(settings, seed=2), counter_env, tasks)
+    actions = lambda r: [[turn.actions for turn in t.turns] for t in r.trajectories]  # noqa: E731
+    assert actions(first) == actions(again)
+    assert actions(first) != actions(other)
+    for trajectory in first.trajectories:
+        assert sum(len(turn.actions) for turn in trajectory.turns) <= 5
+        assert len(trajectory.turns) <= 3
+        assert trajectory.success or trajectory.truncation in ("max_turns", "action_budget")
+    assert first.stats == summarize(first.trajectories)
+
+
+def test_expert_without_an_action_ends_its_episode(counter_env):
+    result = evaluate(ExpertPolicy(), counter_env, task_rows("validation", 2), environment_kwargs={"expert_gives_up": True})
+    assert [t.truncation for t in result.trajectories] == ["no_action", "no_action"]
+    assert result.stats["success"] == 0.0
+
+
+def test_baselines_need_the_optional_methods():
+    with pytest.raises(ValueError, match=r"random policy needs the environment to implement admissible_actions\(\)"):
+        evaluate(RandomPolicy(), CounterEnv, task_rows("validation", 1))
+    with pytest.raises(ValueError, match=r"expert_action\(\)"):
+        evaluate(ExpertPolicy(), CounterEnv, task_rows("validation", 1))
+    with pytest.raises(ValueError, match="Unknown policy"):
+        make_policy("oracle")
+
+
+def test_summary_averages_trajectory_stats(counter_env):
+    result = evaluate(RandomPolicy(seed=3), counter_env, task_rows("validation", 5))
+    rows = [trajectory_stats(t) for t in result.trajectories]
+    for i, name in enumerate(STAT_NAMES):
+        assert result.stats[name] == pytest.approx(sum(r[i] for r in rows) / len(rows))
+    assert summarize([])["success"] != summarize([])["success"]  # NaN
+
+
+def test_model_policy_plays_like_training_and_is_reproducible(counter_env, tiny_agent_dir):
+    settings = RolloutSettings(max_turns=2, max_tokens_per_turn=16, max_context_length=512)
+    model, tokenizer = load_agent(tiny_agent_dir, device="cpu")
+    policy = ModelPolicy(model, tokenizer, settings, batch_size=3, seed=0)
+    tasks = task_rows("validation", 4)
+    first = evaluate(policy, counter_env, tasks)
+    second = evaluate(policy, counter_env, tasks)
+    assert [t.token_ids for t in first.trajectories] == [t.token_ids for t in second.trajectories]
+    assert first.stats["format_error_rate"] < 0.5  # the tiny agent learned the format
+    assert all(1 <= len(t.turns) <= 2 for t in first.trajectories)
+    assert all(t.token_ids[: t.prompt_length] for t in first.trajectories)
+    greedy = ModelPolicy(model, tokenizer, settings, temperature=0.0)
+    assert not greedy.generation_config.do_sample
+
+
+def test_load_agent_errors_and_adapters(tmp_path, tiny_agent_dir):
+    with pytest.raises(ValueError, match="Cannot load model"):
+        load_agent(str(tmp_path / "missing"))
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_agent_dir)
+    adapter = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    adapter.save_pretrained(tmp_path / "adapter")  # no tokenizer: it comes from the base model
+    model, tokenizer = load_agent(str(tmp_path / "adapter"), device="cpu")
+    assert not hasattr(model, "peft_config")  # merged
+    assert tokenizer.chat_template is not None

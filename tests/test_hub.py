@@ -1,0 +1,204 @@
+"""Pushing agents and trajectories: the exact files and cards sent, through huggingface_hub's real client with
+its HTTP layer answered by a fake Hub (tests/mock_hub.py)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+from mock_hub import fake_hub
+from starpo_testenv import NAME, install_counter_env
+from test_store import make_trajectory
+
+from trl_starpo.cards import AgentRecord, dataset_card, model_card, play_snippet
+from trl_starpo.hub import push_agent
+from trl_starpo.store import TrajectoryStore, from_dataset
+
+VALIDATION = {"split": "validation", "episodes": 32, "temperature": 1.0,
+              "before": {"success": 0.125, "return": -0.05, "turns": 2.5, "format_error_rate": 0.4},
+              "after": {"success": 0.625, "return": 0.55, "turns": 1.75, "format_error_rate": 0.05}}
+
+
+def front_matter(text: str) -> dict:
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n")[1])
+
+
+def png_size(data: bytes):
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    assert image.format == "PNG"
+    return image.size
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_model_dir):
+    """A checkpoint folder as training leaves it: weights, tokenizer, optimizer state, pickles, store, record."""
+    import shutil
+
+    folder = tmp_path / "checkpoint-4"
+    shutil.copytree(tiny_model_dir, folder)
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"):
+        (folder / name).write_bytes(b"not for the hub")
+    history = [{"step": s, "rollout/success": s / 4, "rollout/return": s / 8, "rollout/group_return_std": 0.3,
+                "entropy": 2.0 - s / 10, "grad_norm": 1.0 / s, "loss": 0.1} for s in range(1, 5)]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 4, "log_history": history}))
+    AgentRecord(environments=[NAME], base_model="HuggingFaceTB/SmolLM2-135M-Instruct", preset="starpo-s",
+                rollout={"max_turns": 3}, training={"preset": "starpo-s", "learning_rate": 1e-5},
+                validation=VALIDATION, global_step=4).save(folder)
+    store = TrajectoryStore()
+    for step in range(1, 5):
+        store.add([make_trajectory(i) for i in range(4)], step=step, environment=NAME)
+    store.save(folder / "trajectories")
+    return folder
+
+
+def test_push_agent_sends_the_agent_card_curves_and_trajectories(monkeypatch, checkpoint):
+    with fake_hub(monkeypatch) as hub:
+        urls = push_agent(checkpoint, "user/counter-agent", token="hf_fake_token")
+    assert urls == {"model": "https://huggingface.co/user/counter-agent",
+                    "trajectories": "https://huggingface.co/datasets/user/counter-agent-trajectories"}
+    assert [c["type"] if "type" in c else "model" for c in hub.created] == ["model", "dataset"]
+    # Every request of the push carries the token (huggingface_hub's own agent detection asks anonymously).
+    assert {auth for path, auth in hub.authorization if path != "/api/agent-harnesses"} == {"Bearer hf_fake_token"}
+    assert {path for path, _ in hub.authorization} == {
+        "/api/agent-harnesses", "/api/repos/create", "/api/validate-yaml",
+        "/api/models/user/counter-agent/preupload/main", "/api/models/user/counter-agent/commit/main",
+        "/api/datasets/user/counter-agent-trajectories/preupload/main",
+        "/api/datasets/user/counter-agent-trajectories/commit/main",
+    }
+    assert len(hub.validated) == 2  # both READMEs went through the Hub's YAML validation
+
+    model = hub.commit("user/counter-agent")
+    assert model.repo_type == "model" and model.revision == "main" and model.summary == "Upload StarPO agent"
+    local = {p.name for p in checkpoint.iterdir() if p.is_file()}
+    assert set(model.files) == (local - {"optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"}) | {
+        "README.md", "learning_curves.png"}
+    for name in local & set(model.files) - {"starpo_agent.json"}:
+        assert model.files[name] == (checkpoint / name).read_bytes(), name
+    assert png_size(model.files["learning_curves.png"]) == (1200, 650)
+    sent_record = json.loads(model.files["starpo_agent.json"])
+    assert sent_record["trajectories_repo"] == "user/counter-agent-trajectories"
+
+    card = model.files["README.md"].decode()
+    meta = front_matter(card)
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
+    assert {"trl", "starpo", "agent", f"env:{NAME}"} <= set(meta["tags"])
+    assert meta["datasets"] == ["user/counter-agent-trajectories"]
+    assert f"for the **{NAME}** environment" in card
+    assert "On the `validation` split (32 episodes, sampling temperature 1.0)" in card
+    assert "| before training | 0.125 | -0.050 | 2.50 | 0.400 |" in card
+    assert "| after training | 0.625 | 0.550 | 1.75 | 0.050 |" in card
+    assert "![Learning curves" in card and "(learning_curves.png)" in card
+    assert "- Preset: `starpo-s`" in card and "| `learning_rate` | `1e-05` |" in card
+    assert play_snippet("user/counter-agent", NAME) in card
+    assert f"trl-starpo eval --env {NAME} --model user/counter-agent" in card
+
+    data = hub.commit("user/counter-agent-trajectories")
+    assert data.repo_type == "dataset" and set(data.files) == {"README.md", "data/train-00000-of-00001.parquet"}
+    dcard = data.files["README.md"].decode()
+    dmeta = front_matter(dcard)
+    assert dmeta["configs"][0]["data_files"][0] == {"split": "train", "path": "data/train-*.parquet"}
+    assert f"- Environments: `{NAME}`" in dcard and "- Preset: `starpo-s`" in dcard
+    assert "- Model: [user/counter-agent](https://huggingface.co/user/counter-agent)" in dcard
+    assert "- Trajectories: 16 (of 16 logged; the store keeps the latest 10000), steps 1–4" in dcard
+    assert "- Success: 0.500" in dcard and f"| {NAME} | 16 | 0.500 |" in dcard
+    import pyarrow.parquet as pq
+    from datasets import Dataset
+
+    table = pq.read_table(io.BytesIO(data.files["data/train-00000-of-00001.parquet"]))
+    stored = TrajectoryStore.load(checkpoint / "trajectories").trajectories()
+    assert from_dataset(Dataset(table)) == stored
+
+
+def test_lora_adapters_push_as_adapters(monkeypatch, tmp_path, tiny_model_dir):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir), LoraConfig(r=2, target_modules=["q_proj"]))
+    model.save_pretrained(tmp_path / "adapter")
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(tmp_path / "adapter")
+    AgentRecord(environments=[NAME], base_model="HuggingFaceTB/SmolLM2-135M-Instruct").save(tmp_path / "adapter")
+    with fake_hub(monkeypatch) as hub:
+        urls = push_agent(tmp_path / "adapter", "user/lora-agent", token="hf_fake_token")
+    assert list(urls) == ["model"]  # no store, no dataset repository
+    files = hub.commit("user/lora-agent").files
+    assert {"adapter_model.safetensors", "adapter_config.json"} <= set(files) and "model.safetensors" not in files
+    meta = front_matter(files["README.md"].decode())
+    assert meta["library_name"] == "peft" and meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "a LoRA adapter on [HuggingFaceTB/SmolLM2-135M-Instruct]" in files["README.md"].decode()
+    assert "Validation success was not measured" in files["README.md"].decode()
+
+
+def test_push_refuses_a_folder_without_weights(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with fake_hub(monkeypatch), pytest.raises(ValueError, match="no safetensors weights"):
+        push_agent(tmp_path, "user/x", token="hf_fake_token")
+
+
+def test_cli_push(monkeypatch, checkpoint, capsys):
+    from trl_starpo.cli import main
+
+    with fake_hub(monkeypatch) as hub:
+        code = main(["push", str(checkpoint), "--repo-id", "user/cli-agent", "--trajectories-repo-id",
+                     "user/cli-trajectories", "--token", "hf_fake_token"])
+    assert code == 0
+    assert {c.repo_id for c in hub.commits} == {"user/cli-agent", "user/cli-trajectories"}
+    out = capsys.readouterr().out
+    assert "model: https://huggingface.co/user/cli-agent" in out
+
+
+def test_cards_without_results_or_store():
+    card = model_card(AgentRecord(environments=["sokoban"], base_model="/local/model"), repo_id="me/agent",
+                      plot_file=None)
+    meta = front_matter(card)
+    assert "base_model" not in meta and "datasets" not in meta  # a local base model is not a Hub link
+    assert "`/local/model`" in card and "learning_curves.png" not in card
+    dcard = dataset_card(TrajectoryStore().summary(), repo_id="me/t")
+    assert "- Trajectories: 0" in dcard
+
+
+def test_trainer_push_to_hub_sends_the_agent_with_its_validation(monkeypatch, tmp_path, tiny_agent_dir):
+    from conftest import CounterEnv
+    from test_trainer import counter_tasks, make_args
+
+    from trl_starpo import StarPOTrainer
+    from trl_starpo.callbacks import attach_agent_callbacks
+
+    with fake_hub(monkeypatch) as hub:
+        args = make_args(tmp_path / "run", max_steps=1, max_turns=2, push_to_hub=True,
+                         hub_model_id="user/trainer-agent", hub_token="hf_fake_token")
+        trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks())
+        record = attach_agent_callbacks(trainer, environment="counter", base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                                        preset="starpo", progress=False)
+        trainer.train()
+        record.validation = VALIDATION
+        trainer.push_to_hub()
+    assert hub.created[0]["name"] == "trainer-agent"  # init_hf_repo at construction
+    model = hub.commit("user/trainer-agent")
+    assert "model.safetensors" in model.files and "learning_curves.png" in model.files
+    assert not [f for f in model.files if f.startswith(("trajectories/", "checkpoint-")) or f.endswith((".bin", ".pt"))]
+    card = model.files["README.md"].decode()
+    assert "| after training | 0.625 |" in card and "- Preset: `starpo`" in card and "- Optimizer steps: 1" in card
+    assert front_matter(card)["datasets"] == ["user/trainer-agent-trajectories"]
+    import pyarrow.parquet as pq
+
+    data = hub.commit("user/trainer-agent-trajectories")
+    table = pq.read_table(io.BytesIO(data.files["data/train-00000-of-00001.parquet"]))
+    assert table.num_rows == 4 and table.column("step").to_pylist() == [1] * 4  # one step of 4 rollouts
+
+
+@pytest.mark.slow
+def test_the_card_snippet_plays_an_episode(tmp_path, tiny_agent_dir):
+    env_path = install_counter_env(tmp_path / "envpkg")
+    snippet = play_snippet(tiny_agent_dir, NAME)
+    env = {**os.environ, "PYTHONPATH": str(env_path), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "--- turn 1 ---" in done.stdout and "episode:" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].split()[0] in ("True", "False")

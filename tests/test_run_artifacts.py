@@ -1,0 +1,128 @@
+"""A training run with the agent callbacks: its trajectory store (saved with checkpoints, restored on resume with
+neither duplicates nor gaps), agent files, learning curves and TensorBoard logs."""
+
+import importlib.util
+import json
+
+import pytest
+from conftest import CounterEnv
+from test_trainer import counter_tasks, make_args
+
+from trl_starpo import StarPOTrainer
+from trl_starpo.callbacks import attach_agent_callbacks, trajectory_store
+from trl_starpo.plotting import PANELS, plot_learning_curves, plot_run
+from trl_starpo.store import TrajectoryStore
+
+STEPS = 3
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
+
+
+def png_size(path):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        image.verify()
+        return image.size
+
+
+def run(output_dir, model_dir, resume=None, **overrides):
+    settings = dict(max_steps=STEPS, max_turns=2, save_strategy="steps", save_steps=2)
+    settings.update(overrides)
+    trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=make_args(output_dir, **settings),
+                            train_dataset=counter_tasks())
+    attach_agent_callbacks(trainer, environment="counter", base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+                           preset="starpo", progress=False)
+    trainer.train(resume_from_checkpoint=resume)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_agent_dir):
+    output_dir = tmp_path_factory.mktemp("run")
+    trainer = run(output_dir, tiny_agent_dir, report_to="tensorboard" if HAS_TENSORBOARD else "none")
+    return output_dir, trainer
+
+
+def steps_and_indices(store):
+    table = store.table()
+    return table.column("step").to_pylist(), table.column("index").to_pylist()
+
+
+def test_every_step_is_stored_once_and_saved_with_checkpoints(finished_run):
+    output_dir, trainer = finished_run
+    store = trajectory_store(trainer)
+    steps, indices = steps_and_indices(store)
+    assert steps == [1] * 4 + [2] * 4 + [3] * 4 and indices == list(range(12))
+    assert {t.task_id for t in store.trajectories()} <= {f"t{i}" for i in range(4)}
+    assert store.table().column("environment").unique().to_pylist() == ["counter"]
+    checkpoint = TrajectoryStore.load(output_dir / "checkpoint-2" / "trajectories")
+    assert steps_and_indices(checkpoint) == ([1] * 4 + [2] * 4, list(range(8)))
+    final = TrajectoryStore.load(output_dir / "trajectories")
+    assert final.trajectories() == store.trajectories()
+
+
+def test_resume_restores_the_store_without_duplicates_or_gaps(finished_run, tmp_path, tiny_agent_dir):
+    import shutil
+
+    output_dir, trainer = finished_run
+    copy = tmp_path / "resumed"
+    shutil.copytree(output_dir / "checkpoint-2", copy / "checkpoint-2")
+    resumed = run(copy, tiny_agent_dir, resume=str(copy / "checkpoint-2"))
+    steps, indices = steps_and_indices(trajectory_store(resumed))
+    assert steps == [1] * 4 + [2] * 4 + [3] * 4 and indices == list(range(12))
+    restored = trajectory_store(resumed).trajectories()[:8]
+    assert restored == trajectory_store(trainer).trajectories()[:8]  # steps 1-2 come from the checkpoint
+
+
+def test_agent_files_and_learning_curves(finished_run):
+    output_dir, trainer = finished_run
+    record = json.loads((output_dir / "starpo_agent.json").read_text())
+    assert record["environments"] == ["counter"] and record["preset"] == "starpo" and record["global_step"] == STEPS
+    assert record["rollout"]["max_turns"] == 2
+    assert json.loads((output_dir / "checkpoint-2" / "starpo_agent.json").read_text())["global_step"] == 2
+    assert png_size(output_dir / "learning_curves.png") == (1200, 650)
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    assert sum("rollout/success" in entry for entry in history) == STEPS
+    assert (output_dir / "trajectories.html").read_text().count('<section class="trajectory') == 12
+    card = (output_dir / "README.md").read_text()  # written by the agent card at each checkpoint
+    assert "counter" in card and "learning_curves.png" in card
+
+
+def test_plot_on_demand_from_a_logged_run(finished_run, tmp_path):
+    from trl_starpo.cli import main
+
+    output_dir, _ = finished_run
+    path = plot_run(output_dir / "checkpoint-2", tmp_path / "curves.png")
+    assert png_size(path) == (1200, 650)
+    assert main(["plot", str(output_dir / "trainer_state.json"), "-o", str(tmp_path / "cli.png")]) == 0
+    assert png_size(tmp_path / "cli.png") == (1200, 650)
+    assert main(["plot", str(tmp_path / "nothing")]) == 2
+
+
+def test_every_panel_names_a_logged_metric(finished_run):
+    _, trainer = finished_run
+    logged = {key for entry in trainer.state.log_history for key in entry}
+    for title, names in PANELS:
+        assert any(name in logged for name in names), title
+
+
+def test_plot_marks_missing_metrics_and_validation(tmp_path):
+    history = [{"step": 1, "rollout/success": 0.5, "eval_rollout/success": 0.25}]
+    path = plot_learning_curves(history, tmp_path / "x.png", validation={"before": {"success": 0.1, "return": 0}})
+    assert png_size(path) == (1200, 650)
+
+
+@pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard is not installed (pip install tensorboard)")
+def test_tensorboard_gets_the_starpo_metrics(finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    output_dir, _ = finished_run
+    (events,) = {p.parent for p in output_dir.glob("runs/**/events.out.tfevents.*")}
+    accumulator = EventAccumulator(str(events))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    for tag in ("train/rollout/success", "train/rollout/return", "train/rollout/group_return_std", "train/entropy",
+                "train/grad_norm", "train/loss"):
+        assert tag in tags, sorted(tags)
+    assert [e.step for e in accumulator.Scalars("train/rollout/success")] == [1, 2, 3]

@@ -1,0 +1,153 @@
+"""Playing one episode in the terminal: a person types the actions, or a model plays and its turns are shown.
+
+Observations, thinking, actions and rewards are printed in distinct styles (ANSI colours when the output is a
+terminal, plain labels otherwise). A person plays under the same rules as the agent: one line is one turn, holding up
+to ``max_actions_per_turn`` actions separated by the action separator, within the same turn and action budgets.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from .evaluation import ModelPolicy, RolloutSettings
+from .trajectory import Trajectory, Turn
+
+QUIT_WORDS = {"q", "quit", "exit"}
+
+_STYLES = {
+    "title": "\033[1m",
+    "observation": "",
+    "thinking": "\033[2;3;35m",
+    "action": "\033[1;32m",
+    "reward": "\033[33m",
+    "success": "\033[1;32m",
+    "failure": "\033[1;31m",
+}
+_RESET = "\033[0m"
+
+
+class Printer:
+    """Writes labelled, optionally coloured, lines of an episode to a stream."""
+
+    def __init__(self, stream: TextIO | None = None, color: bool | None = None):
+        self.stream = stream or sys.stdout
+        self.color = self.stream.isatty() if color is None else color
+
+    def line(self, kind: str, text: str, label: str | None = None) -> None:
+        prefix = f"{label}: " if label else ""
+        body = f"{prefix}{text}"
+        if self.color and _STYLES.get(kind):
+            body = f"{_STYLES[kind]}{body}{_RESET}"
+        print(body, file=self.stream, flush=True)
+
+    def turn(self, index: int, turn: Turn) -> None:
+        """One finished turn: observation, thinking, actions and reward."""
+        self.line("title", f"--- turn {index + 1} ---")
+        self.line("observation", turn.observation, "observation")
+        if turn.thinking is not None:
+            self.line("thinking", turn.thinking.strip(), "thinking")
+        if turn.format_ok:
+            self.line("action", " || ".join(turn.actions) or "(none)", "actions")
+        else:
+            self.line("failure", f"{turn.response!r} ({turn.format_error})", "malformed")
+        self.line("reward", f"{turn.reward:+.3f}", "reward")
+
+    def outcome(self, trajectory: Trajectory) -> None:
+        """The episode's success, return and why it ended."""
+        ended = trajectory.truncation or ("terminated" if trajectory.terminated else "stopped")
+        kind = "success" if trajectory.success else "failure"
+        self.line(kind, f"{'success' if trajectory.success else 'no success'}, return "
+                        f"{trajectory.episode_return:+.3f}, {len(trajectory.turns)} turns, ended: {ended}", "episode")
+        if trajectory.env_error:
+            self.line("failure", trajectory.env_error, "environment error")
+
+
+def play_model(policy: ModelPolicy, environment: str, task: dict[str, Any], *,
+               environment_kwargs: dict[str, Any] | None = None, printer: Printer | None = None) -> Trajectory:
+    """Let a model play ``task`` and print every turn."""
+    from .envs import load_environment
+
+    printer = printer or Printer()
+    env = load_environment(environment, **(environment_kwargs or {}))
+    try:
+        printer.line("title", f"{environment} — task {task.get('task_id', '?')}")
+        printer.line("observation", env.system_prompt, "system")
+        (trajectory,) = policy.play([env], [task], [0])
+    finally:
+        env.close()
+    for index, turn in enumerate(trajectory.turns):
+        printer.turn(index, turn)
+    printer.outcome(trajectory)
+    return trajectory
+
+
+def play_human(environment: str, task: dict[str, Any], settings: RolloutSettings | None = None, *,
+               environment_kwargs: dict[str, Any] | None = None, printer: Printer | None = None,
+               read_line=input) -> Trajectory | None:
+    """Let a person play ``task``, one line a turn; returns the trajectory, or ``None`` if they quit."""
+    from .envs import load_environment
+
+    settings = settings or RolloutSettings()
+    printer = printer or Printer()
+    env = load_environment(environment, **(environment_kwargs or {}))
+    try:
+        return _human_episode(env, environment, task, settings, printer, read_line)
+    finally:
+        env.close()
+
+
+def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettings, printer: Printer,
+                   read_line) -> Trajectory | None:
+    separator = settings.action_separator
+    printer.line("title", f"{name} — task {task.get('task_id', '?')}")
+    printer.line("observation", env.system_prompt, "system")
+    printer.line("observation", f"{env.action_description}; up to {settings.max_actions_per_turn} a turn, separated "
+                                f"by '{separator}'; 'quit' to stop.", "actions")
+    trajectory = Trajectory(task_id=str(task.get("task_id", 0)), group=0)
+    observation, _ = env.reset(seed=task.get("seed"), options={"task": task})
+    used = 0
+    while not trajectory.done and len(trajectory.turns) < settings.max_turns:
+        printer.line("title", f"--- turn {len(trajectory.turns) + 1}/{settings.max_turns} ---")
+        printer.line("observation", observation, "observation")
+        admissible = getattr(env, "admissible_actions", None)
+        if callable(admissible):
+            printer.line("observation", ", ".join(admissible()), "admissible")
+        try:
+            line = read_line("> ")
+        except EOFError:
+            line = "quit"
+        if line.strip().lower() in QUIT_WORDS:
+            printer.line("failure", "quit", "episode")
+            return None
+        actions = [a.strip() for a in line.split(separator) if a.strip()][: settings.max_actions_per_turn]
+        if not actions:
+            printer.line("failure", "type an action, or 'quit'", "hint")
+            continue
+        turn = Turn(observation=observation, response=line, actions=[], format_ok=True)
+        trajectory.turns.append(turn)
+        for action in actions:
+            if used >= settings.action_budget:
+                break
+            used += 1
+            turn.actions.append(action)
+            observation, reward, terminated, truncated, info = env.step(action)
+            turn.reward += float(reward)
+            turn.num_valid_actions += bool(info.get("action_is_valid", True))
+            turn.num_effective_actions += bool(info.get("action_is_effective", True))
+            trajectory.success = bool(info.get("success", False))
+            printer.line("action", action, "action")
+            printer.line("reward", f"{float(reward):+.3f}"
+                                   f"{'' if info.get('action_is_valid', True) else ' (invalid action)'}", "reward")
+            if terminated or truncated:
+                trajectory.terminated = bool(terminated)
+                trajectory.truncation = None if terminated else "env_truncated"
+                break
+        if not trajectory.done and used >= settings.action_budget:
+            trajectory.truncation = "action_budget"
+    if not trajectory.done:
+        trajectory.truncation = "max_turns"
+    if not trajectory.terminated:
+        printer.line("observation", observation, "observation")
+    printer.outcome(trajectory)
+    return trajectory
