@@ -118,7 +118,7 @@ def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path)
     assert code == 0
     out = tmp_path / "out"
     results = json.loads((out / "validation_results.json").read_text())
-    assert set(results) == {"before", "after"}
+    assert set(results) == {"before", "after", "splits"} and results["splits"]["validation"]["after"] == results["after"]
     record = json.loads((out / "starpo_agent.json").read_text())
     assert record["preset"] == "starpo" and record["environments"] == [NAME]
     assert record["validation"]["episodes"] == 2 and record["validation"]["after"] == results["after"]

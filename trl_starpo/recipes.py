@@ -38,6 +38,10 @@ class RecipeArguments:
     eval_episodes: int = field(
         default=32, metadata={"help": "Validation episodes played before and after training (0 to skip)."}
     )
+    eval_splits: list[str] = field(
+        default_factory=lambda: ["validation"],
+        metadata={"help": "Task splits evaluated before and after training; the first is the one the card reports."},
+    )
     save_trajectories: bool = field(
         default=True,
         metadata={"help": "Keep the trajectories of every step in a store saved with checkpoints and at the end."},
@@ -96,23 +100,33 @@ def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, 
         html_sample=recipe.html_sample,
         resume_from_checkpoint=checkpoint,
     )
-    validation = load_tasks(environment, split="validation", source=recipe.tasks)
+    splits = {split: load_tasks(environment, split=split, source=recipe.tasks) for split in recipe.eval_splits}
+    by_split = {split: {} for split in splits}
 
-    results = {}
-    if recipe.eval_episodes:
-        agent.validation = {"split": "validation", "episodes": min(recipe.eval_episodes, len(validation)),
+    def evaluate(when: str) -> None:
+        for split, tasks in splits.items():
+            by_split[split][when] = trainer.evaluate_episodes(tasks, recipe.eval_episodes)
+
+    primary = recipe.eval_splits[0] if recipe.eval_splits else None
+    if recipe.eval_episodes and primary:
+        agent.validation = {"split": primary, "episodes": min(recipe.eval_episodes, len(splits[primary])),
                             "temperature": args.temperature}
-        results["before"] = agent.validation["before"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
+        evaluate("before")
+        agent.validation["before"] = by_split[primary]["before"]
     trainer.train(resume_from_checkpoint=checkpoint)
-    if recipe.eval_episodes:
-        results["after"] = agent.validation["after"] = trainer.evaluate_episodes(validation, recipe.eval_episodes)
+    if recipe.eval_episodes and primary:
+        evaluate("after")
+        agent.validation["after"] = by_split[primary]["after"]
+    # The first split at the top level (what the card and the plot show), every split under "splits".
+    results = {**by_split[primary], "splits": by_split} if recipe.eval_episodes and primary else {}
 
     if trainer.accelerator.is_main_process:
         Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
         write_agent_files(trainer)  # the learning curves again, now with the validation lines
-        for when, stats in results.items():
-            print(f"validation {when} training: success {stats['success']:.3f}, return {stats['return']:.3f}, "
-                  f"format errors {stats['format_error_rate']:.3f}")
+        for split, stages in results.get("splits", {}).items():
+            for when, stats in stages.items():
+                print(f"{split} {when} training: success {stats['success']:.3f}, return {stats['return']:.3f}, "
+                      f"format errors {stats['format_error_rate']:.3f}")
     # Saves the agent and its card; with push_to_hub, also pushes it and its trajectories.
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process and not args.push_to_hub:
