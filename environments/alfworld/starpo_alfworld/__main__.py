@@ -1,0 +1,4 @@
+from starpo_alfworld.cli import main
+
+if __name__ == "__main__":
+    main()

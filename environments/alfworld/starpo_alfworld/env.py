@@ -1,0 +1,199 @@
+"""``AlfWorldEnv``: the StarPO text-environment protocol on ALFWorld's own engine."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from trl_starpo.envs import TextEnvironment
+
+from .engine import INTRO_BANNER, make_engine, plan_from_here, preserved_argv
+from .games import game_file
+
+__all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv"]
+
+ACTION_DESCRIPTION = (
+    "one ALFWorld command: go to {recep}, open {recep}, close {recep}, take {obj} from {recep}, move {obj} to "
+    "{recep}, heat {obj} with {microwave}, cool {obj} with {fridge}, clean {obj} with {sinkbasin}, use {lamp}, "
+    "examine {something}, inventory, look"
+)
+
+SYSTEM_PROMPT = (
+    "You are a household robot in ALFWorld, a text world. Each observation describes what you see; the first one "
+    "ends with your task.\n"
+    "Tasks: put an object in or on a receptacle; clean (in the sink basin), heat (with the microwave) or cool (with "
+    "the fridge) an object first; put two objects of a kind somewhere; or look at an object under a desk lamp "
+    "(hold it, go to the lamp and use the lamp). Objects and receptacles are named with a number, e.g. 'apple 1', "
+    "'countertop 2'. You must go to a receptacle before using it, open closed ones (cabinets, drawers, fridge, "
+    "microwave, safe) to see and take what is inside, and you can carry one object at a time.\n"
+    "Commands:\n"
+    "  go to {recep}                 go to a receptacle\n"
+    "  open {recep} / close {recep}  open or close it\n"
+    "  take {obj} from {recep}       pick up an object\n"
+    "  move {obj} to {recep}         put the object you carry in or on a receptacle\n"
+    "  heat {obj} with {microwave}   cool {obj} with {fridge}   clean {obj} with {sinkbasin}\n"
+    "  use {lamp}                    turn a lamp on\n"
+    "  examine {obj or recep}        inventory        look\n"
+    "A command that cannot be done here gives 'Nothing happens.' Answer with exactly one command inside "
+    "<answer>...</answer>, for example <answer>go to countertop 1</answer>."
+)
+
+_SPACES = re.compile(r"\s+")
+_OBSERVATION_ONLY = frozenset({"checked", "examined"})
+
+
+def normalize_command(action: str) -> str:
+    """ALFWorld commands are lower case with single spaces; also forgive a trailing period."""
+    return _SPACES.sub(" ", action.strip().lower()).rstrip(".").strip()
+
+
+class AlfWorldEnv(TextEnvironment):
+    """ALFWorld on its real engine (TextWorld's ``PddlEnv``, ALFWorld's wrappers and planner expert).
+
+    ``reset(options={"task": row})`` starts the game of a task row (see ``load_tasks``); without a task it plays a
+    row of the shipped train split chosen by ``seed``. The observation is ALFWorld's text: the room, then
+    ``Your task is to: ...`` (ALFWorld's ``-= Welcome to TextWorld, ALFRED! =-`` banner is dropped, as LLM agents
+    on ALFWorld usually do). ``step`` takes one ALFWorld command (lower-cased, extra spaces and a final period
+    ignored) and returns ALFWorld's feedback; a command that is not admissible gives ``Nothing happens.``
+
+    Reward is 1 when the task is done (the episode then terminates), else 0. Every command counts towards
+    ``max_steps`` (ALFWorld's convention; 50 in its evaluations), after which the episode is truncated.
+
+    ``info`` of ``reset``: ``task_id``, ``task_type``, ``goal``, ``game_file``, ``admissible_commands`` and
+    ``expert_plan``, the planner's plan from the start (the task row's, or the attached expert's; absent for a row
+    without one and no expert attached). ``info`` of ``step``: ``action_is_valid`` (the command was admissible),
+    ``action_is_effective`` (it changed the world, not just looked at it), ``success``, ``admissible_commands`` and,
+    with ``expert=True``, ``expert_plan`` (replanned from the new state).
+
+    ``expert_action()`` asks the engine's planner for a plan from the current state when called (once per state), so
+    only the steps of an agent that wants the expert pay for planning.
+
+    Args:
+        max_steps: Commands before truncation.
+        show_admissible: Append ``Admissible commands: ...`` to every observation.
+        expert: Attach ALFWorld's ``AlfredExpert`` (planner type), which replans after every step and puts the plan in
+            ``info["expert_plan"]``. Planning takes from milliseconds to several seconds (a kitchen after a few random
+            moves), so it is off by default.
+        cache_dir: Where generated games are written (see ``games.cache_dir``).
+    """
+
+    system_prompt = SYSTEM_PROMPT
+    action_description = ACTION_DESCRIPTION
+
+    def __init__(self, max_steps: int = 50, show_admissible: bool = False, expert: bool = False,
+                 cache_dir: str | Path | None = None):
+        self.max_steps = max_steps
+        self.show_admissible = show_admissible
+        self.expert = expert
+        self.cache_dir = cache_dir
+        self._engine = None
+        self._loaded: str | None = None
+        self._state = None
+        self._steps = 0
+        self._done = True
+        self._seeds = random.Random()
+        self._train = None
+        self._plan: list[str] | None = None  # the planner's plan from the current state, once asked for
+
+    # --------------------------------------------------------------------------------------------- protocol
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start the game of ``options["task"]``, or of the train task ``seed`` selects (random if ``None``).
+
+        The engine is created once per environment, and a game is loaded only when it differs from the last one,
+        so resetting to the same task again (as a group of rollouts does) skips parsing it.
+        """
+        task = (options or {}).get("task")
+        if task is None:
+            if self._train is None:
+                from . import load_tasks
+
+                self._train = load_tasks("train")
+            seed = self._seeds.randrange(2**31) if seed is None else seed
+            task = self._train[seed % len(self._train)]
+        path = str(game_file(task, self.cache_dir))
+        if self._engine is None:
+            self._engine = make_engine(expert=self.expert)
+        with preserved_argv():
+            if path != self._loaded:
+                self._loaded = None
+                self._engine.load(path)
+                self._loaded = path
+            self._state = self._engine.reset()
+        self._steps = 0
+        self._done = False
+        if self.expert:
+            self._plan = list(self._state["extra.expert_plan"] or [])
+        else:  # the row's plan is the planner's plan from this very state
+            self._plan = list(task["expert_plan"]) if task.get("expert_plan") else None
+        text = self._state["feedback"]
+        if text.startswith(INTRO_BANNER):
+            text = text[len(INTRO_BANNER):].lstrip("\n")
+        goal = text.rsplit("Your task is to: ", 1)[-1].rstrip(".") if "Your task is to: " in text else ""
+        info = {
+            "task_id": task.get("task_id"),
+            "task_type": task.get("task_type"),
+            "goal": goal,
+            "game_file": path,
+            "admissible_commands": self.admissible_actions(),
+        }
+        if self._plan is not None:
+            info["expert_plan"] = list(self._plan)
+        return self._observe(text), info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Play one command; see the class docstring for rewards and ``info``."""
+        if self._done:
+            raise RuntimeError("The episode is over; call reset() first.")
+        command = normalize_command(action)
+        valid = command in self._state["admissible_commands"]
+        before = self._world_facts()
+        with preserved_argv():
+            self._state, score, _ = self._engine.step(command)
+        self._plan = list(self._state["extra.expert_plan"] or []) if self.expert else None
+        self._steps += 1
+        won = bool(self._state["won"])
+        truncated = not won and self._steps >= self.max_steps
+        self._done = won or truncated
+        info = self.step_info(
+            valid=valid,
+            effective=valid and self._world_facts() != before,
+            success=won,
+            admissible_commands=self.admissible_actions(),
+        )
+        if self.expert:
+            info["expert_plan"] = list(self._plan)
+        return self._observe(self._state["feedback"]), float(score), won, truncated, info
+
+    def admissible_actions(self) -> list[str]:
+        """The commands ALFWorld accepts in the current state (sorted, as the engine lists them)."""
+        return list(self._state["admissible_commands"]) if self._state is not None else []
+
+    def expert_action(self) -> str | None:
+        """The first command of the planner's plan from the current state; ``None`` when the episode is over."""
+        if self._state is None or self._done:
+            return None
+        if self._plan is None:
+            self._plan = plan_from_here(self._engine)
+        return self._plan[0] if self._plan else None
+
+    def close(self) -> None:
+        """Drop the engine. (Its copy of Fast Downward's library stays loaded, as TextWorld leaves it: unloading it
+        crashes the interpreter at exit.)"""
+        self._engine = None
+        self._loaded = None
+        self._state = None
+
+    # --------------------------------------------------------------------------------------------- helpers
+
+    def _observe(self, text: str) -> str:
+        if self.show_admissible:
+            text = f"{text}\nAdmissible commands: {', '.join(self.admissible_actions())}."
+        return text
+
+    def _world_facts(self) -> frozenset[str]:
+        facts = self._state.get("_facts") or []
+        return frozenset(str(fact) for fact in facts if fact.name not in _OBSERVATION_ONLY)
+
