@@ -22,6 +22,8 @@ _LAZY = {
     "OfflineStarPOTrainer": "trl_starpo.offline",
     "evaluate": "trl_starpo.evaluation",
     "make_policy": "trl_starpo.evaluation",
+    "EchoTrapCallback": "trl_starpo.monitor",
+    "add_echo_trap_monitor": "trl_starpo.monitor",
 }
 
 __all__ = ["Environment", "list_environments", "load_environment", "load_tasks", *_LAZY]
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from .config import StarPOConfig
     from .evaluation import evaluate, make_policy
     from .models import load_default_model, resolve_model_path
+    from .monitor import EchoTrapCallback, add_echo_trap_monitor
     from .offline import OfflineStarPOTrainer
     from .presets import PRESETS
     from .store import TrajectoryStore
