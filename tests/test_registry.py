@@ -25,7 +25,7 @@ def test_every_environment_follows_the_protocol(name):
 
 
 def test_unknown_environment_names_what_is_installed():
-    with pytest.raises(ValueError, match=r"Unknown environment 'chess'. Installed environments: bandit, countdown"):
+    with pytest.raises(ValueError, match=r"Unknown environment 'chess'. Installed environments: alfworld, bandit, countdown"):
         trl_starpo.load_environment("chess")
 
 
