@@ -14,7 +14,8 @@ NAME = "testcounter"
 
 MODULE = textwrap.dedent(
     '''
-    """Counter environment: reach the target by "inc" / "dec"; has admissible_actions() and expert_action()."""
+    """Counter environment: reach the target by "inc" / "dec"; has admissible_actions(), expert_action() and
+    expert_thinking()."""
     import json
     from pathlib import Path
 
@@ -45,6 +46,9 @@ MODULE = textwrap.dedent(
             if self.expert_gives_up:
                 return None
             return "inc" if self.value < self.target else "dec"
+
+        def expert_thinking(self):
+            return f"At {self.value}, target {self.target}."
 
         def step(self, action):
             action = action.strip().lower()
@@ -78,6 +82,7 @@ PLAIN_MODULE = textwrap.dedent(
     class PlainCounterEnv(CounterEnv):
         admissible_actions = None
         expert_action = None
+        expert_thinking = None
 
 
     def load_environment(**kwargs):

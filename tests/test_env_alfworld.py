@@ -61,7 +61,7 @@ def test_registered_and_follows_the_protocol(cache):
     env = trl_starpo.load_environment("alfworld", cache_dir=cache, show_admissible=True)
     assert isinstance(env, Environment) and isinstance(env, AlfWorldEnv) and env.show_admissible
     assert "<answer>" in env.system_prompt and "go to {recep}" in env.system_prompt
-    assert env.action_description.startswith("one ALFWorld command: go to {recep}")
+    assert env.action_description == "one ALFWorld command from the list above"
     assert callable(env.admissible_actions) and callable(env.expert_action)
 
 
@@ -143,6 +143,47 @@ def test_the_engine_expert_wins_from_its_own_plan(env, task):
         if terminated:
             break
     assert reward == 1.0 and info["success"] and env.expert_action() is None
+
+
+def test_following_the_plan_needs_no_replanning_and_thinking_names_the_next_commands(env, task, monkeypatch):
+    import starpo_alfworld.env as env_module
+
+    def no_planner(engine):
+        raise AssertionError("the planner ran although the agent followed the plan")
+
+    monkeypatch.setattr(env_module, "plan_from_here", no_planner)
+    plan = task["expert_plan"]
+    _, info = env.reset(options={"task": task})
+    for i, command in enumerate(plan):
+        assert env.expert_plan() == plan[i:] and env.expert_action() == command
+        thinking = env.expert_thinking()
+        assert thinking.startswith(f"Task: {info['goal']}. ")
+        if i < len(plan) - 1:
+            assert thinking.endswith(f"{len(plan) - i} steps left: {command}, then {plan[i + 1]}.")
+        else:
+            assert thinking.endswith(f"One step left: {command}.")
+        _, reward, terminated, *_ = env.step(command)
+    assert terminated and reward == 1.0 and env.expert_plan() == [] and env.expert_action() is None
+
+
+def test_expert_demonstrations_on_alfworld_fit_the_recipe_settings(splits, cache):
+    from trl_starpo.evaluation import RolloutSettings
+    from trl_starpo.models import resolve_model_path
+    from trl_starpo.sft import expert_demonstrations
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(None))
+    settings = RolloutSettings(max_turns=10, max_actions_per_turn=1, max_actions_per_trajectory=10,
+                               max_tokens_per_turn=64)
+    rows = [smallest(splits["train"], task_type) for task_type in ("pick_and_place_simple", "pick_heat_then_place_in_recep")]
+    demos = expert_demonstrations("alfworld", rows, tokenizer, settings, environment_kwargs={"cache_dir": str(cache)},
+                                  batch_size=2)
+    assert demos["success"] == [True, True]
+    assert demos["turns"] == [len(row["expert_plan"]) for row in rows]
+    trained = tokenizer.decode([t for t, m in zip(demos[1]["input_ids"], demos[1]["completion_mask"]) if m])
+    plan = rows[1]["expert_plan"]
+    assert trained.count("</answer>") == len(plan) and f"<answer>{plan[-1]}</answer>" in trained
+    assert trained.startswith(f"Task: {rows[1]['goal']}. {len(plan)} steps left: {plan[0]}, then {plan[1]}.</think>")
 
 
 def test_the_attached_alfworld_expert_replans_every_step(cache, splits):

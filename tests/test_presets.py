@@ -30,6 +30,10 @@ def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
     plain = make_args(tmp_path)
     assert (plain.beta, plain.max_grad_norm, plain.trajectory_filter, plain.advantage_estimator) == (0.0, 1.0, "none", "group")
     assert set(PRESETS) == {"starpo", "starpo-s", "starpo-s-ragen"}
+    # answer-only turns leave the preset's thinking critic nothing to score; asking for it explicitly is refused
+    assert make_args(tmp_path, preset="starpo-s", enable_thinking=False).thinking_critic is False
+    with pytest.raises(ValueError, match="enable thinking or switch the thinking critic off"):
+        make_args(tmp_path, preset="starpo-s", enable_thinking=False, thinking_critic=True)
 
 
 @pytest.mark.parametrize(

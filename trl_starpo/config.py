@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -22,6 +23,31 @@ _FALLBACKS = {
     "thinking_critic": False,
     "kl_early_stop": 0.0,
 }
+
+
+def apply_cpu_defaults(config) -> None:
+    """Make a TRL config usable without an accelerator; called before its ``TrainingArguments.__post_init__``.
+
+    Without one, transformers only sets up the process group that ``accelerate launch`` started (several CPU
+    processes over gloo) when ``use_cpu`` is on, and it refuses TRL's default bf16.
+    """
+    if not torch.accelerator.is_available():
+        config.use_cpu = True
+        if config.bf16 is None and not config.fp16:
+            config.bf16 = False
+
+
+def parse_environment_kwargs(value: dict | str | None) -> dict | None:
+    """``environment_kwargs`` as a dict: YAML gives one, the command line a JSON string."""
+    if not isinstance(value, str):
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"environment_kwargs must be a JSON object, got {value!r}: {error}") from error
+    if not isinstance(parsed, dict):
+        raise ValueError(f"environment_kwargs must be a JSON object, got {value!r}.")
+    return parsed
 
 
 def _preset_controlled(name: str):
@@ -154,14 +180,17 @@ class StarPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        if self.thinking_critic and not self.enable_thinking:
+            raise ValueError(
+                "thinking_critic=True scores the <think> text, but enable_thinking=False asks for answers only: "
+                "enable thinking or switch the thinking critic off."
+            )
         self._apply_preset()
+        if not self.enable_thinking:
+            self.thinking_critic = False  # a preset's thinking critic has nothing to score in answer-only turns
         self.max_completion_length = self.max_context_length
-        if not torch.accelerator.is_available():
-            # Without an accelerator, transformers only sets up the process group that `accelerate launch` started
-            # (several CPU processes over gloo) when use_cpu is on; and it refuses TRL's default bf16 there.
-            self.use_cpu = True
-            if self.bf16 is None and not self.fp16:
-                self.bf16 = False
+        self.environment_kwargs = parse_environment_kwargs(self.environment_kwargs)
+        apply_cpu_defaults(self)
         super().__post_init__()
         self._validate_starpo_fields()
 

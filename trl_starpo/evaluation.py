@@ -196,6 +196,8 @@ class ScriptedPolicy:
         ]
 
     def _episode(self, env: Any, task: dict[str, Any], group: int, rng: random.Random) -> Trajectory:
+        from .rollout.collector import step_action
+
         settings = self.settings
         trajectory = Trajectory(task_id=str(task.get("task_id", group)), group=group)
         try:
@@ -212,24 +214,16 @@ class ScriptedPolicy:
                     break
                 try:
                     action = self.choose(env, rng)
-                    if action is None:
-                        trajectory.truncation = "no_action"
-                        break
-                    used += 1
-                    turn.actions.append(action)
-                    observation, reward, terminated, truncated, info = env.step(action)
-                except Exception as error:
+                except Exception as error:  # the expert's planner is part of the environment
                     trajectory.env_error, trajectory.truncation = f"{type(error).__name__}: {error}", "env_error"
                     trajectory.success = False
                     break
-                turn.reward += float(reward)
-                turn.num_valid_actions += bool(info.get("action_is_valid", True))
-                turn.num_effective_actions += bool(info.get("action_is_effective", True))
-                trajectory.success = bool(info.get("success", False))
-                if terminated or truncated:
-                    trajectory.terminated = bool(terminated)
-                    if truncated and not terminated:
-                        trajectory.truncation = "env_truncated"
+                if action is None:
+                    trajectory.truncation = "no_action"
+                    break
+                used += 1
+                observation, episode_over = step_action(trajectory, env, turn, action)
+                if episode_over:
                     break
             turn.response = f" {settings.action_separator} ".join(turn.actions)
             if not trajectory.done and used >= settings.action_budget:

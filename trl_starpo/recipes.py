@@ -29,19 +29,26 @@ from .trainer import StarPOTrainer
 
 
 @dataclass
-class RecipeArguments:
-    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``."""
+class EvaluationArguments:
+    """The task source and validation episodes of a recipe."""
 
     tasks: str | None = field(
         default=None, metadata={"help": "A Hub dataset id or local folder of tasks instead of the environment's own."}
     )
     eval_episodes: int = field(
-        default=32, metadata={"help": "Validation episodes played before and after training (0 to skip)."}
+        default=32, metadata={"help": "Validation episodes played per split (0 to skip)."}
     )
     eval_splits: list[str] = field(
         default_factory=lambda: ["validation"],
-        metadata={"help": "Task splits evaluated before and after training; the first is the one the card reports."},
+        metadata={"help": "Task splits evaluated; the first is the one the card reports."},
     )
+
+
+@dataclass
+class RecipeArguments(EvaluationArguments):
+    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source and validation episodes (played
+    before and after training), and what is kept of the trajectories."""
+
     save_trajectories: bool = field(
         default=True,
         metadata={"help": "Keep the trajectories of every step in a store saved with checkpoints and at the end."},
@@ -173,3 +180,75 @@ def run_offline(argv: list[str] | None = None):
         trainer.create_model_card(model_name=Path(args.output_dir).name)
     trainer.accelerator.wait_for_everyone()
     return trainer
+
+
+def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Fine-tune on expert demonstrations of ``environment`` (``recipes/<env>_sft.py``): the warm start of StarPO.
+
+    The demonstrations are the expert's train-split episodes played through the rollout collector (see
+    ``trl_starpo.sft``), trained on with TRL's ``SFTTrainer``. ``output_dir`` gets a full model (a LoRA adapter is
+    merged into its base), ready as ``--model_name_or_path`` of the StarPO recipe, with ``starpo_agent.json`` and
+    ``validation_results.json`` (the model's success after fine-tuning). Returns the validation results.
+    """
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    from .cards import AgentRecord
+    from .evaluation import ModelPolicy, evaluate as play
+    from .sft import ExpertSFTConfig, expert_demonstrations
+
+    parser = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig))
+    recipe, args, model_args = parser.parse_args_and_config(args=argv)
+    model_name = model_args.model_name_or_path or DEFAULT_MODEL
+    model_path = resolve_model_path(model_name)
+    if model_args.dtype not in (None, "auto"):
+        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    demonstrations = expert_demonstrations(
+        environment,
+        load_tasks(environment, split="train", source=recipe.tasks),
+        tokenizer,
+        args.rollout_settings,
+        episodes=args.expert_episodes,
+        environment_kwargs=args.environment_kwargs,
+        only_successes=args.only_successes,
+    )
+    trainer = SFTTrainer(
+        model=model_path,
+        args=args,
+        train_dataset=demonstrations.select_columns(["input_ids", "completion_mask"]),
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train()
+    trainer.save_state()  # trainer_state.json: the loss curve
+
+    results: dict[str, dict[str, float]] = {}
+    if trainer.accelerator.is_main_process:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model.save_pretrained(args.output_dir)
+        tokenizer.save_pretrained(args.output_dir)
+        record = AgentRecord.from_config(
+            args, environments=[environment], base_model=model_name, global_step=trainer.state.global_step
+        )
+        record.training["sft_demonstrations"] = len(demonstrations)
+        if recipe.eval_episodes:
+            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0)
+            for split in recipe.eval_splits:
+                tasks = load_tasks(environment, split=split, source=recipe.tasks)
+                outcome = play(policy, environment, tasks, recipe.eval_episodes,
+                               environment_kwargs=args.environment_kwargs, split=split)
+                results[split] = outcome.stats
+                print(f"{split} after SFT: success {outcome.stats['success']:.3f}, return "
+                      f"{outcome.stats['return']:.3f}, format errors {outcome.stats['format_error_rate']:.3f}")
+            record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
+                                 "temperature": 1.0, "after": results[recipe.eval_splits[0]]}
+        record.save(args.output_dir)
+        Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
+    trainer.accelerator.wait_for_everyone()
+    return results

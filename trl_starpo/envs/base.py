@@ -29,12 +29,14 @@ class Environment(Protocol):
     - ``action_is_effective`` (bool): the action changed the state.
     - ``success`` (bool): the episode's goal is reached.
 
-    Two optional methods give baselines and prompts something to work with; the evaluation tools use them when an
-    environment has them:
+    Three optional methods give baselines, prompts and warm starts something to work with; the evaluation and SFT
+    tools use them when an environment has them:
 
     - ``admissible_actions() -> list[str]``: the actions valid in the current state (the random agent draws from
       these; prompts may list them).
     - ``expert_action() -> str | None``: a scripted expert's next action, ``None`` when it has none.
+    - ``expert_thinking() -> str``: the reasoning behind ``expert_action()``, the thinking text of expert
+      demonstrations (``trl_starpo.sft``).
     """
 
     system_prompt: str

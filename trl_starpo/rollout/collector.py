@@ -57,6 +57,33 @@ class ChatGlue:
         return cls(close_turn=encode(between), open_turn=encode(opened), to_response=encode(after))
 
 
+def step_action(trajectory: Trajectory, env: Environment, turn: Turn, action: str) -> tuple[str, bool]:
+    """Step one ``action`` in ``env`` and record it on ``turn`` and ``trajectory``.
+
+    Returns the observation and whether the episode is over: the environment terminated or truncated it, or raised,
+    which fails the trajectory (``truncation="env_error"``) and never the caller.
+    """
+    turn.actions.append(action)
+    try:
+        observation, reward, terminated, truncated, info = env.step(action)
+    except Exception as error:  # a broken environment fails its trajectory, never the run
+        logger.warning("step failed for task %s: %r", trajectory.task_id, error)
+        trajectory.env_error = f"{type(error).__name__}: {error}"
+        trajectory.truncation = "env_error"
+        trajectory.success = False
+        return "", True
+    turn.reward += float(reward)
+    turn.num_valid_actions += bool(info.get("action_is_valid", True))
+    turn.num_effective_actions += bool(info.get("action_is_effective", True))
+    trajectory.success = bool(info.get("success", False))
+    if terminated or truncated:
+        trajectory.terminated = bool(terminated)
+        if truncated and not terminated:
+            trajectory.truncation = "env_truncated"
+        return observation, True
+    return observation, False
+
+
 class RolloutCollector:
     """Collects multi-turn trajectories, token-in/token-out.
 
@@ -283,23 +310,8 @@ class RolloutCollector:
                 trajectory.truncation = "action_budget"
                 break
             used[index] += 1
-            turn.actions.append(action)
-            try:
-                observation, reward, terminated, truncated, info = env.step(action)
-            except Exception as error:  # a broken environment fails its trajectory, never the run
-                logger.warning("step failed for task %s: %r", trajectory.task_id, error)
-                trajectory.env_error = f"{type(error).__name__}: {error}"
-                trajectory.truncation = "env_error"
-                trajectory.success = False
-                break
-            turn.reward += float(reward)
-            turn.num_valid_actions += bool(info.get("action_is_valid", True))
-            turn.num_effective_actions += bool(info.get("action_is_effective", True))
-            trajectory.success = bool(info.get("success", False))
-            if terminated or truncated:
-                trajectory.terminated = bool(terminated)
-                if truncated and not terminated:
-                    trajectory.truncation = "env_truncated"
+            observation, episode_over = step_action(trajectory, env, turn, action)
+            if episode_over:
                 break
         if not trajectory.done and used[index] >= self.max_actions_per_trajectory:
             trajectory.truncation = "action_budget"

@@ -12,13 +12,10 @@ from trl_starpo.envs import TextEnvironment
 from .engine import INTRO_BANNER, make_engine, plan_from_here, preserved_argv
 from .games import game_file
 
-__all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv"]
+__all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv", "plan_thinking"]
 
-ACTION_DESCRIPTION = (
-    "one ALFWorld command: go to {recep}, open {recep}, close {recep}, take {obj} from {recep}, move {obj} to "
-    "{recep}, heat {obj} with {microwave}, cool {obj} with {fridge}, clean {obj} with {sinkbasin}, use {lamp}, "
-    "examine {something}, inventory, look"
-)
+ACTION_DESCRIPTION = "one ALFWorld command from the list above"
+"""Short, because the system prompt lists the commands (every prompt token is paid for on every update)."""
 
 SYSTEM_PROMPT = (
     "You are a household robot in ALFWorld, a text world. Each observation describes what you see; the first one "
@@ -42,6 +39,15 @@ SYSTEM_PROMPT = (
 
 _SPACES = re.compile(r"\s+")
 _OBSERVATION_ONLY = frozenset({"checked", "examined"})
+
+
+def plan_thinking(goal: str, plan: list[str]) -> str:
+    """``Task: <goal>. <n> steps left: <next>, then <after>.``: the expert's reasoning, short enough for a turn."""
+    if not plan:
+        return f"Task: {goal}. Nothing is left to do."
+    if len(plan) == 1:
+        return f"Task: {goal}. One step left: {plan[0]}."
+    return f"Task: {goal}. {len(plan)} steps left: {plan[0]}, then {plan[1]}."
 
 
 def normalize_command(action: str) -> str:
@@ -96,6 +102,7 @@ class AlfWorldEnv(TextEnvironment):
         self._seeds = random.Random()
         self._train = None
         self._plan: list[str] | None = None  # the planner's plan from the current state, once asked for
+        self._goal = ""
 
     # --------------------------------------------------------------------------------------------- protocol
 
@@ -132,6 +139,7 @@ class AlfWorldEnv(TextEnvironment):
         if text.startswith(INTRO_BANNER):
             text = text[len(INTRO_BANNER):].lstrip("\n")
         goal = text.rsplit("Your task is to: ", 1)[-1].rstrip(".") if "Your task is to: " in text else ""
+        self._goal = goal
         info = {
             "task_id": task.get("task_id"),
             "task_type": task.get("task_type"),
@@ -152,7 +160,12 @@ class AlfWorldEnv(TextEnvironment):
         before = self._world_facts()
         with preserved_argv():
             self._state, score, _ = self._engine.step(command)
-        self._plan = list(self._state["extra.expert_plan"] or []) if self.expert else None
+        if self.expert:
+            self._plan = list(self._state["extra.expert_plan"] or [])
+        elif self._plan and command == self._plan[0]:
+            self._plan = self._plan[1:]  # the engine is deterministic: the rest of the plan still wins
+        else:
+            self._plan = None
         self._steps += 1
         won = bool(self._state["won"])
         truncated = not won and self._steps >= self.max_steps
@@ -171,13 +184,23 @@ class AlfWorldEnv(TextEnvironment):
         """The commands ALFWorld accepts in the current state (sorted, as the engine lists them)."""
         return list(self._state["admissible_commands"]) if self._state is not None else []
 
-    def expert_action(self) -> str | None:
-        """The first command of the planner's plan from the current state; ``None`` when the episode is over."""
+    def expert_plan(self) -> list[str]:
+        """The planner's commands from the current state to the goal; empty when the episode is over."""
         if self._state is None or self._done:
-            return None
+            return []
         if self._plan is None:
             self._plan = plan_from_here(self._engine)
-        return self._plan[0] if self._plan else None
+        return list(self._plan)
+
+    def expert_action(self) -> str | None:
+        """The first command of the planner's plan from the current state; ``None`` when the episode is over."""
+        plan = self.expert_plan()
+        return plan[0] if plan else None
+
+    def expert_thinking(self) -> str:
+        """Thinking that leads to ``expert_action()``, derived from the plan (for SFT warm starts): the task, how
+        many commands are left, and the next two."""
+        return plan_thinking(self._goal, self.expert_plan())
 
     def close(self) -> None:
         """Drop the engine. (Its copy of Fast Downward's library stays loaded, as TextWorld leaves it: unloading it

@@ -1,0 +1,126 @@
+"""Expert demonstrations as SFT data (trl_starpo.sft) and the SFT warm-start recipe."""
+
+import json
+import sys
+
+import pytest
+from starpo_testenv import NAME, PLAIN_NAME, install_counter_env, register, task_rows
+
+from trl_starpo.evaluation import AGENT_FILE, RolloutSettings
+from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.sft import ExpertSFTConfig, expert_demonstrations, expert_response
+
+
+@pytest.fixture(scope="module")
+def counter_env(tmp_path_factory):
+    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
+    yield NAME
+    undo()
+
+
+SETTINGS = RolloutSettings(max_turns=5, max_actions_per_turn=1, max_actions_per_trajectory=5, max_tokens_per_turn=32)
+
+
+def trained_text(tokenizer, row):
+    return tokenizer.decode([t for t, m in zip(row["input_ids"], row["completion_mask"]) if m])
+
+
+def test_expert_response_format():
+    assert expert_response("inc", "Go up.") == "<think>Go up.</think><answer>inc</answer>"
+    assert expert_response("inc") == "<answer>inc</answer>"
+
+
+def test_demonstrations_are_the_collectors_episodes_with_only_responses_trained(counter_env, tiny_tokenizer):
+    rows = task_rows("train", 3)  # targets 1, 2, 3 from 0
+    demos = expert_demonstrations(counter_env, rows, tiny_tokenizer, SETTINGS, batch_size=2)
+    assert demos.column_names == ["input_ids", "completion_mask", "task_id", "success", "turns"]
+    assert demos["task_id"] == ["train-0", "train-1", "train-2"]
+    assert demos["success"] == [True, True, True] and demos["turns"] == [1, 2, 3]
+
+    row = demos[1]
+    assert len(row["input_ids"]) == len(row["completion_mask"])
+    # Trained: each response after the prefilled <think>, nothing else (prompt, observations, template).
+    assert trained_text(tiny_tokenizer, row) == (
+        "At 0, target 2.</think><answer>inc</answer>At 1, target 2.</think><answer>inc</answer>"
+    )
+    text = tiny_tokenizer.decode(row["input_ids"])
+    assert text.count("<|im_start|>assistant\n<think>At") == 2
+    assert "<|im_start|>user\nThe counter is at 1.<|im_end|>" in text
+    # The tokens are the collector's: the same prompt it renders for this task, then the same glue.
+    collector = RolloutCollector.from_config(tiny_tokenizer, SETTINGS)
+    from trl_starpo.envs import load_environment
+
+    trajectory, _ = collector._start(load_environment(counter_env), rows[1], 1)
+    assert row["input_ids"][: len(trajectory.token_ids)] == trajectory.token_ids
+    assert not any(row["completion_mask"][: len(trajectory.token_ids)])
+
+
+def test_answer_only_demonstrations(counter_env, tiny_tokenizer):
+    settings = RolloutSettings(**{**SETTINGS.__dict__, "enable_thinking": False})
+    demos = expert_demonstrations(counter_env, task_rows("train", 2), tiny_tokenizer, settings)
+    assert trained_text(tiny_tokenizer, demos[1]) == "inc</answer>inc</answer>"
+
+
+def test_a_custom_thinking_function(counter_env, tiny_tokenizer):
+    demos = expert_demonstrations(counter_env, task_rows("train", 1), tiny_tokenizer, SETTINGS,
+                                  thinking=lambda env, action: f"{action} now")
+    assert trained_text(tiny_tokenizer, demos[0]) == "inc now</think><answer>inc</answer>"
+
+
+def test_unfinished_episodes_are_left_out_unless_asked_for(counter_env, tiny_tokenizer):
+    short = RolloutSettings(**{**SETTINGS.__dict__, "max_turns": 1})
+    rows = task_rows("train", 3)  # only the first (target 1) is won in one turn
+    demos = expert_demonstrations(counter_env, rows, tiny_tokenizer, short)
+    assert demos["task_id"] == ["train-0"]
+    everything = expert_demonstrations(counter_env, rows, tiny_tokenizer, short, only_successes=False)
+    assert everything["success"] == [True, False, False] and everything["turns"] == [1, 1, 1]
+
+
+def test_clear_errors(counter_env, tiny_tokenizer, monkeypatch):
+    rows = task_rows("train", 2)
+    with pytest.raises(ValueError, match="no expert_action"):
+        expert_demonstrations(PLAIN_NAME, rows, tiny_tokenizer, SETTINGS)
+    with pytest.raises(ValueError, match="raise max_tokens_per_turn"):
+        expert_demonstrations(counter_env, rows, tiny_tokenizer,
+                              RolloutSettings(**{**SETTINGS.__dict__, "max_tokens_per_turn": 4}))
+    with pytest.raises(ValueError, match="None of the 2 expert episodes"):
+        expert_demonstrations(counter_env, rows, tiny_tokenizer, SETTINGS,
+                              environment_kwargs={"expert_gives_up": True})
+    monkeypatch.setattr(sys.modules["starpo_testcounter"].CounterEnv, "expert_thinking", None)
+    with pytest.raises(ValueError, match="no expert_thinking"):
+        expert_demonstrations(counter_env, rows, tiny_tokenizer, SETTINGS)
+
+
+def test_expert_sft_config(tmp_path):
+    config = ExpertSFTConfig(output_dir=str(tmp_path), max_context_length=900, environment_kwargs='{"max_steps": 7}')
+    assert config.completion_only_loss is True and config.max_length == 900
+    assert config.environment_kwargs == {"max_steps": 7}
+    assert config.rollout_settings.max_context_length == 900
+    with pytest.raises(ValueError, match="completion_only_loss"):
+        ExpertSFTConfig(output_dir=str(tmp_path), completion_only_loss=False)
+    with pytest.raises(ValueError, match="would cut demonstrations"):
+        ExpertSFTConfig(output_dir=str(tmp_path), max_length=512)
+    with pytest.raises(ValueError, match="JSON object"):
+        ExpertSFTConfig(output_dir=str(tmp_path), environment_kwargs="{max_steps: 7")
+
+
+def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env, tiny_model_dir, tmp_path):
+    from trl_starpo.recipes import run_sft
+
+    out = tmp_path / "sft"
+    results = run_sft(counter_env, [
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_turns", "4",
+        "--max_actions_per_turn", "1", "--max_tokens_per_turn", "24", "--max_context_length", "512",
+        "--num_train_epochs", "30", "--per_device_train_batch_size", "8", "--learning_rate", "1e-2",
+        "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+        "--eval_episodes", "3", "--eval_splits", "validation",
+    ])
+    losses = [entry["loss"] for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
+              if "loss" in entry]
+    assert len(losses) == 30 and losses[-1] < 0.5 * losses[0]
+    assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
+    agent = json.loads((out / AGENT_FILE).read_text())
+    assert agent["environments"] == [counter_env] and agent["rollout"]["max_tokens_per_turn"] == 24
+    assert agent["training"]["sft_demonstrations"] == 8
+    assert set(results) == {"validation"} and 0.0 <= results["validation"]["format_error_rate"] <= 1.0
+    assert json.loads((out / "validation_results.json").read_text()) == json.loads(json.dumps(results))

@@ -1,0 +1,228 @@
+"""Expert demonstrations as supervised fine-tuning data: the warm start before StarPO.
+
+An environment's scripted expert (``expert_action()``, and ``expert_thinking()`` for the thinking text) plays its
+episodes through the training ``RolloutCollector``, so a demonstration is token for token what a rollout would be:
+the same system prompt, answer format, chat-template glue between turns and segment labels. Each episode becomes
+one row of ``input_ids`` with a ``completion_mask`` over the generated tokens (thinking and action; prompt,
+observations and template tokens are not trained on), the pre-tokenized form TRL's ``SFTTrainer`` trains on with
+``completion_only_loss=True``. One row per episode keeps the cost linear in the episode's length.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import SFTConfig
+
+from .config import apply_cpu_defaults, parse_environment_kwargs
+from .evaluation import RolloutSettings
+from .rollout.parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
+from .trajectory import Segment, Trajectory
+
+logger = logging.getLogger(__name__)
+
+ThinkingFunction = Callable[[Any, str], str]
+"""``thinking(environment, action) -> text``: the thinking that leads to the expert's next ``action``."""
+
+
+def expert_response(action: str, thinking: str | None = None) -> str:
+    """The well-formed response carrying ``action``: ``<think>thinking</think><answer>action</answer>``, or only
+    the answer when ``thinking`` is ``None``."""
+    answer = f"{ANSWER_OPEN}{action}{ANSWER_CLOSE}"
+    return answer if thinking is None else f"{THINK_OPEN}{thinking}{THINK_CLOSE}{answer}"
+
+
+class ExpertResponder:
+    """A generation backend that answers each turn with the expert's next action of that trajectory's environment.
+
+    It implements the ``GenerationBackend`` protocol of ``trl_starpo.rollout.generation``: ``generate`` returns
+    the token ids of :func:`expert_response`, less the opening tag the collector prefills. A turn where the expert
+    has no action gets an empty response (the collector records a format error and the episode is left out).
+
+    Args:
+        environments: The collector's environments, indexed as its contexts are.
+        tokenizer: The policy's tokenizer.
+        response_prefix: The collector's prefilled opening tag (``RolloutCollector.response_prefix``).
+        thinking: Thinking text for an action, or ``None`` for answer-only responses.
+    """
+
+    def __init__(self, environments: Sequence[Any], tokenizer, *, response_prefix: str,
+                 thinking: ThinkingFunction | None):
+        self.environments = environments
+        self.tokenizer = tokenizer
+        self.response_prefix = response_prefix
+        self.thinking = thinking
+
+    def reset(self) -> None:
+        """Nothing is kept between collections."""
+
+    def generate(self, contexts: dict[int, list[int]], max_new_tokens: int) -> dict[int, list[int]]:
+        responses = {}
+        for index in contexts:
+            environment = self.environments[index]
+            action = environment.expert_action()
+            if action is None:
+                responses[index] = []
+                continue
+            text = expert_response(action, self.thinking(environment, action) if self.thinking else None)
+            if not text.startswith(self.response_prefix):
+                raise ValueError(f"An expert response must start with the prefilled {self.response_prefix!r}.")
+            ids = self.tokenizer(text[len(self.response_prefix):], add_special_tokens=False)["input_ids"]
+            if len(ids) > max_new_tokens:
+                raise ValueError(
+                    f"An expert response takes {len(ids)} tokens but a turn may generate {max_new_tokens} "
+                    f"(max_tokens_per_turn): raise max_tokens_per_turn, or shorten the thinking.\n{text}"
+                )
+            responses[index] = ids
+        return responses
+
+
+def environment_thinking(environment: Any, action: str) -> str:
+    """The default thinking: the environment's own ``expert_thinking()`` (see ``trl_starpo.envs.base``)."""
+    return environment.expert_thinking()
+
+
+def demonstration_row(trajectory: Trajectory) -> dict[str, Any]:
+    """One SFT row of an expert episode: its tokens, the mask of generated tokens, and what happened."""
+    generated = (int(Segment.THINKING), int(Segment.ACTION))
+    return {
+        "input_ids": list(trajectory.token_ids),
+        "completion_mask": [int(segment in generated) for segment in trajectory.segments],
+        "task_id": trajectory.task_id,
+        "success": trajectory.success,
+        "turns": len(trajectory.turns),
+    }
+
+
+def expert_demonstrations(
+    environment: str,
+    tasks,
+    tokenizer,
+    settings: RolloutSettings | None = None,
+    *,
+    episodes: int | None = None,
+    thinking: ThinkingFunction | None = None,
+    environment_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 16,
+    only_successes: bool = True,
+) -> Any:
+    """Play the expert on ``tasks`` and return its episodes as a ``datasets.Dataset`` for TRL's ``SFTTrainer``.
+
+    Args:
+        environment: An installed environment's name; it must implement ``expert_action()``.
+        tasks: Task rows (a ``datasets.Dataset`` or a list of dicts); one episode is played per row.
+        tokenizer: The tokenizer of the model to fine-tune (with a chat template).
+        settings: The rollout settings of the StarPO run that follows (turns, tokens per turn, thinking, format),
+            so the demonstrations look exactly like its rollouts.
+        episodes: How many rows of ``tasks`` to play (all by default).
+        thinking: Thinking text for each expert action; by default the environment's ``expert_thinking()``.
+            Ignored when ``settings.enable_thinking`` is false.
+        environment_kwargs: Keyword arguments of the environment's ``load_environment``.
+        batch_size: Environments played side by side.
+        only_successes: Keep only episodes the expert won within the turn budget. Episodes with a malformed turn
+            (the expert had no action) or an environment error are always left out.
+
+    Returns:
+        A ``Dataset`` with columns ``input_ids``, ``completion_mask``, ``task_id``, ``success`` and ``turns``.
+    """
+    from datasets import Dataset
+
+    from .envs import load_environment
+    from .rollout.collector import RolloutCollector
+
+    settings = settings or RolloutSettings()
+    collector = RolloutCollector.from_config(tokenizer, settings)
+    environments = [load_environment(environment, **(environment_kwargs or {})) for _ in range(batch_size)]
+    if not callable(getattr(environments[0], "expert_action", None)):
+        raise ValueError(f"Environment {environment!r} has no expert_action(): it cannot provide demonstrations.")
+    if settings.enable_thinking:
+        thinking = thinking or environment_thinking
+        if thinking is environment_thinking and not callable(getattr(environments[0], "expert_thinking", None)):
+            raise ValueError(
+                f"Environment {environment!r} has no expert_thinking(): pass thinking=..., or demonstrate "
+                "answer-only responses with enable_thinking=False."
+            )
+    else:
+        thinking = None
+    responder = ExpertResponder(
+        environments, tokenizer, response_prefix=collector.response_prefix, thinking=thinking
+    )
+    count = len(tasks) if episodes is None else min(int(episodes), len(tasks))
+    rows, left_out = [], 0
+    try:
+        for start in range(0, count, batch_size):
+            indices = list(range(start, min(start + batch_size, count)))
+            batch = [dict(tasks[i]) for i in indices]
+            for trajectory in collector.collect(environments[: len(indices)], batch, responder, indices):
+                usable = trajectory.env_error is None and all(turn.format_ok for turn in trajectory.turns)
+                if usable and (trajectory.success or not only_successes):
+                    rows.append(demonstration_row(trajectory))
+                else:
+                    left_out += 1
+    finally:
+        for env in environments:
+            env.close()
+    if left_out:
+        logger.warning("%d of %d expert episodes were left out (not won, malformed or failed).", left_out, count)
+    if not rows:
+        raise ValueError(
+            f"None of the {count} expert episodes on {environment!r} is usable: raise max_turns or "
+            "max_actions_per_trajectory so the expert can finish, or pass only_successes=False."
+        )
+    return Dataset.from_list(rows)
+
+
+@dataclass
+class ExpertSFTConfig(SFTConfig):
+    r"""
+    Configuration of the SFT warm start (``recipes/<env>_sft.py``): every [`~trl.SFTConfig`] field, plus the
+    demonstrations to play and the rollout settings of the StarPO run that follows. Give both runs the same rollout
+    settings (the recipes' YAML files do), so that the demonstrations look exactly like the rollouts.
+
+    Loss is on the generated tokens only (``completion_only_loss`` is always on).
+    """
+
+    max_length: int | None = field(
+        default=None, metadata={"help": "Tokens per demonstration; default: max_context_length (nothing is cut)."}
+    )
+    expert_episodes: int | None = field(
+        default=None, metadata={"help": "Expert episodes played on the train split (all of its tasks by default)."}
+    )
+    only_successes: bool = field(default=True, metadata={"help": "Train only on episodes the expert won."})
+    environment_kwargs: dict | str | None = field(
+        default=None, metadata={"help": "Keyword arguments for the environment's `load_environment`."}
+    )
+    max_turns: int = field(default=5, metadata={"help": "Turns per episode, as in the StarPO run."})
+    max_actions_per_turn: int = field(default=2, metadata={"help": "Actions one answer may hold."})
+    max_actions_per_trajectory: int | None = field(default=10, metadata={"help": "Actions per episode."})
+    max_tokens_per_turn: int = field(default=128, metadata={"help": "New tokens per turn; expert responses must fit."})
+    max_context_length: int = field(default=2048, metadata={"help": "Tokens per episode, prompt included."})
+    enable_thinking: bool = field(default=True, metadata={"help": "Demonstrate <think>…</think> before the answer."})
+    prefill_opening_tag: bool = field(default=True, metadata={"help": "The opening tag is a prompt token."})
+    format_penalty: float = field(default=-0.1, metadata={"help": "As in the StarPO run (recorded for evaluation)."})
+    action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
+
+    def __post_init__(self):
+        if self.completion_only_loss is False:
+            raise ValueError(
+                "ExpertSFTConfig trains on the generated tokens of the demonstrations only: leave "
+                "completion_only_loss unset (training on prompts and observations would teach the model to write them)."
+            )
+        self.completion_only_loss = True
+        if self.max_length is None:
+            self.max_length = self.max_context_length
+        self.environment_kwargs = parse_environment_kwargs(self.environment_kwargs)
+        apply_cpu_defaults(self)
+        super().__post_init__()
+        if self.max_length is not None and self.max_length < self.max_context_length:
+            raise ValueError(
+                f"max_length={self.max_length} would cut demonstrations of up to max_context_length="
+                f"{self.max_context_length} tokens: raise max_length or leave it unset."
+            )
+
+    @property
+    def rollout_settings(self) -> RolloutSettings:
+        return RolloutSettings.from_config(self)
