@@ -1,0 +1,53 @@
+"""Every shipped recipe config parses into its recipe's dataclasses, and every recipe names an installed environment."""
+
+from pathlib import Path
+
+import pytest
+
+import trl_starpo
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "recipes" / "configs").glob("*.yaml"))
+
+
+def test_every_recipe_has_a_config():
+    recipes = {path.stem for path in (ROOT / "recipes").glob("*.py")}
+    assert {path.stem for path in CONFIGS} <= recipes
+    assert {"alfworld", "alfworld_sft"} <= {path.stem for path in CONFIGS}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.stem)
+def test_config_parses(config):
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.recipes import EvaluationArguments, parse_arguments
+    from trl_starpo.sft import ExpertSFTConfig
+
+    if config.stem.endswith("_sft"):
+        recipe, args, model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+            args=["--config", str(config)]
+        )
+        assert args.completion_only_loss and args.max_length == args.max_context_length
+    else:
+        recipe, args, model = parse_arguments(["--config", str(config)])
+        assert args.max_context_length > args.max_tokens_per_turn
+    assert recipe.eval_episodes >= 0 and model.model_name_or_path
+    assert config.stem.removesuffix("_sft") in trl_starpo.list_environments()
+
+
+def test_alfworld_cpu_default_and_its_warm_start_share_the_prompt_and_format():
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.recipes import EvaluationArguments, parse_arguments
+    from trl_starpo.sft import ExpertSFTConfig
+
+    _, rl, _ = parse_arguments(["--config", str(ROOT / "recipes/configs/alfworld.yaml")])
+    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+        args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
+    )
+    # The CPU default answers directly, so the preset's thinking critic is off; the warm start demonstrates thinking.
+    assert rl.preset == "starpo-s" and not rl.enable_thinking and rl.thinking_critic is False
+    assert sft.enable_thinking and sft.max_tokens_per_turn == 64
+    shared = ("max_actions_per_turn", "max_context_length", "prefill_opening_tag", "action_separator", "format_penalty")
+    assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
+    assert rl.environment_kwargs.get("show_admissible", False) == sft.environment_kwargs.get("show_admissible", False)
