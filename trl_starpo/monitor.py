@@ -75,7 +75,6 @@ __all__ = [
     "SuccessDrop",
     "add_echo_trap_monitor",
     "default_detectors",
-    "restore_checkpoint",
 ]
 
 
@@ -122,7 +121,7 @@ class MonitorCallback(TrainerCallback):
                                            batch_size=max(args.per_device_train_batch_size, 1)))
         self.batches += 1
         for name, value in metrics.items():
-            trainer._metrics["train"][name].append(value)
+            trainer.log_metric(name, value)
 
 
 @dataclass
@@ -338,7 +337,7 @@ class EchoTrapCallback(TrainerCallback):
             logger.warning("Echo trap: no checkpoint with a measured success to roll back to; only warning.")
             return "warn"
         folder, checkpoint = best
-        restore_checkpoint(self.trainer, folder, lr_factor=self.lr_factor)
+        self.trainer.restore_checkpoint(folder, lr_factor=self.lr_factor)
         self.rollbacks += 1
         self.lr_scale *= self.lr_factor
         for detector in self.detectors:
@@ -346,35 +345,6 @@ class EchoTrapCallback(TrainerCallback):
         self._success.clear()
         record.update(rollback_to=checkpoint.step, checkpoint=folder, lr_scale=self.lr_scale)
         return "rollback"
-
-
-def restore_checkpoint(trainer, folder: str, *, lr_factor: float = 1.0) -> None:
-    """Restore ``trainer``'s model weights (and StarPO critics) and optimizer state from a checkpoint, mid-training.
-
-    The learning-rate scheduler keeps its position (the current step), its base learning rates and the optimizer's
-    current learning rates are multiplied by ``lr_factor``, and the rollouts buffered for later steps are dropped so
-    that the restored policy collects its own.
-    """
-    optimizer = trainer.optimizer
-    scheduler = getattr(trainer.lr_scheduler, "scheduler", trainer.lr_scheduler)  # accelerate may wrap it
-    current = [group["lr"] for group in optimizer.param_groups]
-    position = scheduler.state_dict() if scheduler is not None else None
-    trainer._load_from_checkpoint(folder)
-    if not os.path.isfile(os.path.join(folder, "optimizer.pt")):
-        logger.warning("%s has no optimizer state (save_only_model?); the optimizer state is kept.", folder)
-    else:
-        trainer._load_optimizer_and_scheduler(folder)
-    if scheduler is not None:
-        scheduler.load_state_dict(position)
-        scheduler.base_lrs = [lr * lr_factor for lr in scheduler.base_lrs]
-        if hasattr(scheduler, "_last_lr"):
-            scheduler._last_lr = [lr * lr_factor for lr in current]
-    for group, lr in zip(optimizer.param_groups, current):
-        group["lr"] = lr * lr_factor
-    if hasattr(trainer, "_buffered_inputs"):
-        trainer._buffered_inputs = None
-    if hasattr(trainer, "kl_early_stopping"):
-        trainer.kl_early_stopping.reset()
 
 
 def add_echo_trap_monitor(

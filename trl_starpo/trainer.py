@@ -472,6 +472,37 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._buffered_inputs = None
         return super()._prepare_inputs(generation_batch)
 
+    def log_metric(self, name: str, value: float, mode: str = "train") -> None:
+        """Add ``value`` to the metrics of the next log, averaged with the other values of ``name`` as TRL averages
+        its own; for callbacks with statistics of their own (the echo-trap monitor's, for one)."""
+        self._metrics[mode][name].append(float(value))
+
+    def restore_checkpoint(self, folder: str, *, lr_factor: float = 1.0) -> None:
+        """Restore the policy's weights, the critics and the optimizer state from a checkpoint, mid-training.
+
+        The learning-rate scheduler keeps its position (the current step); its base learning rates and the
+        optimizer's current ones are multiplied by ``lr_factor``. Rollouts buffered for later steps are dropped so
+        that the restored policy collects its own. A checkpoint without optimizer state keeps the current one.
+        """
+        optimizer = self.optimizer
+        scheduler = getattr(self.lr_scheduler, "scheduler", self.lr_scheduler)  # accelerate may wrap it
+        current = [group["lr"] for group in optimizer.param_groups]
+        position = scheduler.state_dict() if scheduler is not None else None
+        self._load_from_checkpoint(folder)
+        if os.path.isfile(os.path.join(folder, "optimizer.pt")):
+            self._load_optimizer_and_scheduler(folder)
+        else:
+            logger.warning(f"{folder} has no optimizer state (save_only_model?); the optimizer state is kept.")
+        if scheduler is not None:
+            scheduler.load_state_dict(position)
+            scheduler.base_lrs = [lr * lr_factor for lr in scheduler.base_lrs]
+            if hasattr(scheduler, "_last_lr"):
+                scheduler._last_lr = [lr * lr_factor for lr in current]
+        for group, lr in zip(optimizer.param_groups, current):
+            group["lr"] = lr * lr_factor
+        self._buffered_inputs = None
+        self.kl_early_stopping.reset()
+
     def _critics(self) -> dict[str, torch.nn.Module]:
         return {name: critic for name, critic in (("value_critic", self.value_critic), ("thinking_critic", self.thinking_critic)) if critic is not None}
 
