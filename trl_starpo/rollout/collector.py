@@ -9,7 +9,7 @@ environment that raises ends only its own trajectory.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from ..envs import Environment
@@ -131,19 +131,10 @@ class RolloutCollector:
 
     @classmethod
     def from_config(cls, tokenizer, args) -> RolloutCollector:
-        """Build from a ``StarPOConfig``."""
-        return cls(
-            tokenizer,
-            enable_thinking=args.enable_thinking,
-            max_turns=args.max_turns,
-            max_actions_per_turn=args.max_actions_per_turn,
-            max_actions_per_trajectory=args.max_actions_per_trajectory,
-            max_tokens_per_turn=args.max_tokens_per_turn,
-            max_context_length=args.max_context_length,
-            format_penalty=args.format_penalty,
-            action_separator=args.action_separator,
-            prefill_opening_tag=args.prefill_opening_tag,
-        )
+        """Build from a ``StarPOConfig`` or any object with the ``RolloutSettings`` fields."""
+        from ..evaluation import RolloutSettings
+
+        return cls(tokenizer, **asdict(RolloutSettings.from_config(args)))
 
     def collect(
         self,
