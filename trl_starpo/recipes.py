@@ -67,6 +67,14 @@ def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, Sta
     return parser.parse_args_and_config(args=argv)
 
 
+def resolve_model(model_args: ModelConfig, args) -> tuple[str, str]:
+    """The model's name (what cards name as the base) and a loadable path; ``--dtype`` goes to model loading."""
+    model_name = model_args.model_name_or_path or DEFAULT_MODEL
+    if model_args.dtype not in (None, "auto"):
+        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    return model_name, resolve_model_path(model_name)
+
+
 def resume_checkpoint(args: StarPOConfig) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or output_dir's last one for ``true``."""
     value = args.resume_from_checkpoint
@@ -85,10 +93,7 @@ def resume_checkpoint(args: StarPOConfig) -> str | None:
 def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
     recipe, args, model_args = parse_arguments(argv)
-    model_name = model_args.model_name_or_path or DEFAULT_MODEL
-    model_path = resolve_model_path(model_name)
-    if model_args.dtype not in (None, "auto"):
-        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    model_name, model_path = resolve_model(model_args, args)
 
     trainer = StarPOTrainer(
         model=model_path,
@@ -161,11 +166,9 @@ def run_offline(argv: list[str] | None = None):
     offline, args, model_args = parser.parse_args_and_config(args=argv)
     if not offline.trajectories:
         raise ValueError("Pass --trajectories (a saved store folder, a Parquet file or a Hub dataset id).")
-    model_name = model_args.model_name_or_path or DEFAULT_MODEL
-    if model_args.dtype not in (None, "auto"):
-        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    model_name, model_path = resolve_model(model_args, args)
     trainer = OfflineStarPOTrainer(
-        model=resolve_model_path(model_name),
+        model=model_path,
         trajectories=offline.trajectories,
         args=args,
         peft_config=get_peft_config(model_args),
@@ -199,10 +202,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
 
     parser = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig))
     recipe, args, model_args = parser.parse_args_and_config(args=argv)
-    model_name = model_args.model_name_or_path or DEFAULT_MODEL
-    model_path = resolve_model_path(model_name)
-    if model_args.dtype not in (None, "auto"):
-        args.model_init_kwargs = {**(args.model_init_kwargs or {}), "dtype": model_args.dtype}
+    model_name, model_path = resolve_model(model_args, args)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
