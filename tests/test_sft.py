@@ -76,6 +76,20 @@ def test_unfinished_episodes_are_left_out_unless_asked_for(counter_env, tiny_tok
     assert everything["success"] == [True, False, False] and everything["turns"] == [1, 1, 1]
 
 
+def test_an_expert_that_raises_loses_only_its_episode(counter_env, tiny_tokenizer, monkeypatch):
+    env_class = sys.modules["starpo_testcounter"].CounterEnv
+    original = env_class.expert_action
+
+    def flaky(self):
+        if self.target == 2:
+            raise RuntimeError("planner timed out")
+        return original(self)
+
+    monkeypatch.setattr(env_class, "expert_action", flaky)
+    demos = expert_demonstrations(counter_env, task_rows("train", 3), tiny_tokenizer, SETTINGS)
+    assert demos["task_id"] == ["train-0", "train-2"]
+
+
 def test_clear_errors(counter_env, tiny_tokenizer, monkeypatch):
     rows = task_rows("train", 2)
     with pytest.raises(ValueError, match="no expert_action"):

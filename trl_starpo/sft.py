@@ -40,7 +40,8 @@ class ExpertResponder:
 
     It implements the ``GenerationBackend`` protocol of ``trl_starpo.rollout.generation``: ``generate`` returns
     the token ids of :func:`expert_response`, less the opening tag the collector prefills. A turn where the expert
-    has no action gets an empty response (the collector records a format error and the episode is left out).
+    has no action, or raises, gets an empty response (the collector records a format error and the episode is left
+    out).
 
     Args:
         environments: The collector's environments, indexed as its contexts are.
@@ -63,11 +64,16 @@ class ExpertResponder:
         responses = {}
         for index in contexts:
             environment = self.environments[index]
-            action = environment.expert_action()
+            try:
+                action = environment.expert_action()
+                thinking = self.thinking(environment, action) if self.thinking and action is not None else None
+            except Exception as error:  # a failing expert (its planner, say) loses its episode, not the dataset
+                logger.warning("The expert failed on trajectory %d: %r", index, error)
+                action = None
             if action is None:
                 responses[index] = []
                 continue
-            text = expert_response(action, self.thinking(environment, action) if self.thinking else None)
+            text = expert_response(action, thinking)
             if not text.startswith(self.response_prefix):
                 raise ValueError(f"An expert response must start with the prefilled {self.response_prefix!r}.")
             ids = self.tokenizer(text[len(self.response_prefix):], add_special_tokens=False)["input_ids"]
