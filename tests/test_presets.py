@@ -14,7 +14,8 @@ SCRIPT = {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, GOOD, B
 
 def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
     spec = make_args(tmp_path, preset="starpo-s")
-    assert (spec.trajectory_filter, spec.filter_num_std, spec.thinking_critic) == ("outlier", 2.0, True)
+    assert (spec.trajectory_filter, spec.filter_num_std, spec.thinking_critic) == ("outlier_clip", 2.0, True)
+    assert spec.thinking_scale_rule == "sign_aware"
     assert (spec.max_grad_norm, spec.kl_early_stop, spec.warmup_steps, spec.beta) == (0.5, 0.05, 0.1, 0.1)
     assert spec.epsilon == spec.epsilon_high == 0.2
     ragen = make_args(tmp_path, preset="starpo-s-ragen")
@@ -46,6 +47,7 @@ def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
         (dict(value_model="some/model"), "uses no value critic"),
         (dict(gae_lambda=1.5), "gae_lambda must be in"),
         (dict(kl_early_stop=-1.0), "kl_early_stop must be >= 0"),
+        (dict(thinking_scale_rule="halve"), "thinking_scale_rule must be one of"),
     ],
 )
 def test_stabilization_config_refuses_what_cannot_work(tmp_path, overrides, message):
@@ -95,10 +97,10 @@ def test_gae_advantages_come_from_the_value_critic(tmp_path, tiny_model_dir, est
     assert len(trainer._metrics["train"]["critic/value_loss"]) == 1
 
 
-def test_thinking_critic_scales_each_turns_advantages(tmp_path, tiny_model_dir):
-    trainer = StarPOTrainer(
-        tiny_model_dir, environment=CounterEnv, args=make_args(tmp_path, thinking_critic=True), train_dataset=counter_tasks(1)
-    )
+@pytest.mark.parametrize("rule", ["sign_aware", "multiplicative"])
+def test_thinking_critic_scales_each_turns_advantages(tmp_path, tiny_model_dir, rule):
+    args = make_args(tmp_path, thinking_critic=True, thinking_scale_rule=rule)
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(1))
     scripted(trainer, SCRIPT)
     inputs = scored(trainer)
     base = torch.tensor([0.866, -0.866, 0.866, -0.866])  # group-relative advantages of returns 1, 0, 1, 0
@@ -108,7 +110,10 @@ def test_thinking_critic_scales_each_turns_advantages(tmp_path, tiny_model_dir):
             # action never shares a word with "go": the prior score is 2 - 2 (ungrounded) - 2 (repeated)
             assert turn.thinking_score is not None
             start, end = turn.response_start - trajectory.prompt_length, turn.response_end - trajectory.prompt_length
-            expected = base[row] * torch.sigmoid(torch.tensor(turn.thinking_score))
+            scale = torch.sigmoid(torch.tensor(turn.thinking_score))
+            if rule == "sign_aware" and base[row] < 0:
+                scale = 2 - scale  # blame grows as the thinking gets worse
+            expected = base[row] * scale
             assert torch.allclose(inputs["advantages"][row, start:end], expected, atol=2e-3)
     assert [t.turns[0].thinking_score for t in trainer.last_trajectories] == pytest.approx([0.0] * 4)
     assert [t.turns[1].thinking_score for t in trainer.last_trajectories] == pytest.approx([-2.0] * 4)

@@ -14,7 +14,7 @@ from trl_starpo.algorithms.critics import (
     explained_variance,
     reasoning_signals,
 )
-from trl_starpo.algorithms.filtering import outlier_filter, trajectory_filter_mask, variance_filter
+from trl_starpo.algorithms.filtering import outlier_filter, trajectory_filter_weights, variance_filter
 from trl_starpo.algorithms.kl_control import KLEarlyStopping, sampling_kl
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 
@@ -36,9 +36,9 @@ def test_variance_filter_keeps_the_most_uncertain_groups_whole():
     assert variance_filter(returns, 2, 1.0, drop_zero_variance=True).tolist() == [
         True, True, False, False, True, True, True, True
     ]
-    assert trajectory_filter_mask("none", returns, 2).all()
+    assert trajectory_filter_weights("none", returns, 2).all()
     with pytest.raises(ValueError, match="Unknown trajectory filter"):
-        trajectory_filter_mask("median", returns, 2)
+        trajectory_filter_weights("median", returns, 2)
 
 
 def test_gae_skips_environment_tokens():

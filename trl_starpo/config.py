@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 import torch
 from trl import GRPOConfig
 
+from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.filtering import FILTERS
 from .presets import PRESETS
 
@@ -21,6 +22,7 @@ _FALLBACKS = {
     "trajectory_filter": "none",
     "advantage_estimator": "group",
     "thinking_critic": False,
+    "thinking_scale_rule": "sign_aware",
     "kl_early_stop": 0.0,
 }
 
@@ -92,12 +94,17 @@ class StarPOConfig(GRPOConfig):
     trajectory_filter: str | None = field(
         default=None,
         metadata={
-            "help": f"Which trajectories train: one of {FILTERS}. 'outlier' keeps returns within filter_num_std "
-            "standard deviations of the batch mean; 'variance' keeps the filter_keep_fraction of task groups whose "
-            "returns vary most (RAGEN). Default: the preset's, else 'none'."
+            "help": f"Which trajectories train: one of {FILTERS}. 'outlier_clip' keeps every trajectory but caps its "
+            "weight at filter_num_std / |z|, z its return's distance from its group mean in group standard "
+            "deviations (rare successes keep part of their credit); 'outlier' is the specification's filter as "
+            "written: it drops returns beyond filter_num_std standard deviations of the batch mean (on sparse 0/1 "
+            "rewards, every success while under ~20% of the batch succeed); 'variance' keeps the "
+            "filter_keep_fraction of task groups whose returns vary most (RAGEN). Default: the preset's, else 'none'."
         },
     )
-    filter_num_std: float = field(default=2.0, metadata={"help": "Band of the 'outlier' filter, in standard deviations."})
+    filter_num_std: float = field(
+        default=2.0, metadata={"help": "Band of the 'outlier' and 'outlier_clip' filters, in standard deviations."}
+    )
     filter_keep_fraction: float = field(
         default=0.25, metadata={"help": "Fraction of task groups the 'variance' filter keeps, in (0, 1]."}
     )
@@ -129,8 +136,17 @@ class StarPOConfig(GRPOConfig):
     thinking_critic: bool | None = field(
         default=None,
         metadata={
-            "help": "Scale each turn's advantages by sigmoid(score) of a learned thinking-quality critic. "
-            "Default: the preset's, else False."
+            "help": "Scale each turn's advantages by s = sigmoid(score) of a learned thinking-quality critic "
+            "(see thinking_scale_rule). Default: the preset's, else False."
+        },
+    )
+    thinking_scale_rule: str | None = field(
+        default=None,
+        metadata={
+            "help": f"How the thinking critic's scale s applies, one of {THINKING_SCALE_RULES}: 'sign_aware' gives "
+            "A * s to positive advantages and A * (2 - s) to negative ones (poor thinking shrinks credit and never "
+            "shrinks blame); 'multiplicative' is the specification's A * s on both. Default: the preset's, else "
+            "'sign_aware'."
         },
     )
     kl_early_stop: float | None = field(
@@ -258,5 +274,9 @@ class StarPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         if self.value_clip_range <= 0 or self.critic_learning_rate <= 0:
             raise ValueError("value_clip_range and critic_learning_rate must be > 0.")
+        if self.thinking_scale_rule not in THINKING_SCALE_RULES:
+            raise ValueError(
+                f"thinking_scale_rule must be one of {THINKING_SCALE_RULES}, got {self.thinking_scale_rule!r}."
+            )
         if self.kl_early_stop < 0:
             raise ValueError(f"kl_early_stop must be >= 0 (0 disables it), got {self.kl_early_stop}.")

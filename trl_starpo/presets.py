@@ -19,11 +19,13 @@ PRESETS: dict[str, dict[str, object]] = {
         "warmup_steps": 0.0,
         "kl_early_stop": 0.0,
     },
-    # StarPO-S as this project's specification states it.
+    # StarPO-S as this project's specification states it, with two repairs (docs/algorithms.md): the outlier filter
+    # bounds rare returns instead of dropping them, and poor thinking shrinks credit but never blame.
     "starpo-s": {
-        "trajectory_filter": "outlier",
+        "trajectory_filter": "outlier_clip",
         "advantage_estimator": "group",
         "thinking_critic": True,
+        "thinking_scale_rule": "sign_aware",
         "beta": 0.1,
         "epsilon": 0.2,
         "epsilon_high": 0.2,

@@ -31,6 +31,7 @@ from .algorithms.advantages import (
 )
 from .algorithms.critics import (
     ThinkingCritic,
+    scale_by_thinking,
     ValueCritic,
     explained_variance,
     load_critics,
@@ -38,7 +39,7 @@ from .algorithms.critics import (
     reasoning_signals,
     save_critics,
 )
-from .algorithms.filtering import trajectory_filter_mask
+from .algorithms.filtering import trajectory_filter_weights
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
@@ -148,10 +149,14 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
         self._capture_loss_logps = False
-        if args.kl_early_stop > 0 and self.num_iterations == 1 and args.steps_per_generation <= args.gradient_accumulation_steps:
+        self._generation_start = 0  # the micro-step at which the buffered generation batch was collected
+        optimizer_steps_per_batch = args.steps_per_generation * self.num_iterations / args.gradient_accumulation_steps
+        if args.kl_early_stop > 0 and optimizer_steps_per_batch <= 2:
             logger.warning(
-                "kl_early_stop has nothing to stop: every update is the first on its rollouts. It acts when "
-                "num_iterations > 1 or steps_per_generation > gradient_accumulation_steps."
+                f"kl_early_stop can never act here: each rollout batch serves {optimizer_steps_per_batch:g} optimizer "
+                "step(s). The first step runs on the sampling policy itself (KL 0) and a stop acts only at the next "
+                "optimizer step of the same batch, so there must be at least 3: steps_per_generation * "
+                "num_iterations >= 3 * gradient_accumulation_steps."
             )
 
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
@@ -232,7 +237,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         groups = [(offset + i) // group_size for i in range(len(inputs))]
         trajectories = self.collect_trajectories(inputs, groups)
         self.last_trajectories = trajectories
-        self.kl_early_stopping.reset()
+        if mode == "train":  # fresh rollouts; an evaluation in between must not cancel a pending stop
+            self.kl_early_stopping.reset()
         return self.score_trajectories(trajectories, group_size, offset, mode)
 
     def score_trajectories(
@@ -249,9 +255,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float32, device=device)
         all_returns = self.accelerator.gather(returns)
         local = slice(offset, offset + len(trajectories))
-        keep = torch.ones_like(all_returns, dtype=torch.bool)
+        weights = torch.ones_like(all_returns)
         if mode == "train":
-            keep = trajectory_filter_mask(
+            weights = trajectory_filter_weights(
                 self.args.trajectory_filter,
                 all_returns,
                 group_size,
@@ -259,7 +265,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 keep_fraction=self.args.filter_keep_fraction,
                 drop_zero_variance=self.args.filter_drop_zero_variance,
             )
-        local_keep = keep[local]
+            self._check_filter_kept_successes(trajectories, weights > 0)
+        local_weights = weights[local]
+        local_keep = local_weights > 0
         model_mask = batch["completion_mask"] * batch["tool_mask"]
 
         output = {**batch, **self._policy_logps(batch, mode)}
@@ -273,18 +281,39 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             advantages, segments, thinking_weight=self.args.thinking_loss_weight, action_weight=self.args.action_loss_weight
         )
         if self.thinking_critic is not None:
-            advantages = advantages * self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
+            scales = self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
+            advantages = scale_by_thinking(advantages, scales, self.args.thinking_scale_rule)
 
-        # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing.
-        advantages = advantages * local_keep.unsqueeze(1)
+        # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing; a weight
+        # between 0 and 1 scales a kept trajectory's advantages.
+        advantages = advantages * local_weights.unsqueeze(1)
         output["tool_mask"] = batch["tool_mask"] * local_keep.unsqueeze(1)
         loss_mask = batch["completion_mask"] * output["tool_mask"]
         output["advantages"] = advantages
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        # TRL's `grpo` and `dr_grpo` losses average over every row of a micro-batch, dropped ones included; this
+        # factor (all rows / kept rows) gives the kept rows the update they would get alone.
+        num_kept = (weights > 0).sum().clamp(min=1)
+        output["kept_rows_scale"] = (weights.numel() / num_kept).to(torch.float32)
 
-        self._metrics[mode]["filter/kept_fraction"].append(keep.float().mean().item())
+        self._metrics[mode]["filter/kept_fraction"].append((weights > 0).float().mean().item())
+        self._metrics[mode]["filter/mean_weight"].append(weights.mean().item())
         self._log_rollouts(trajectories, all_returns, all_advantages, group_size, mode)
         return output
+
+    def _check_filter_kept_successes(self, trajectories: list[Trajectory], keep: torch.Tensor) -> None:
+        """Warn when a filter dropped every successful trajectory of a batch that had some (the specification's
+        batch outlier filter does so on sparse rewards while fewer than ~20% of the rollouts succeed)."""
+        success = torch.tensor([bool(t.success) for t in trajectories], device=keep.device)
+        all_success = self.accelerator.gather(success)
+        dropped_all = bool(all_success.any() and not (all_success & keep).any())
+        self._metrics["train"]["filter/dropped_every_success"].append(float(dropped_all))
+        if dropped_all:
+            logger.warning(
+                f"trajectory_filter={self.args.trajectory_filter!r} dropped all {int(all_success.sum())} successful "
+                "trajectories of this batch: on sparse rewards a rare success is a statistical outlier. "
+                "trajectory_filter='outlier_clip' keeps them with a bounded weight."
+            )
 
     def _completion_hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The policy's last hidden states ``(B, T + 1, H)`` from the state before the first completion token to
@@ -443,6 +472,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_loss_logps = False
+        if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
+            loss = loss * inputs["kept_rows_scale"]
         if self.model.training and "old_per_token_logps" in inputs and self.kl_early_stopping.target > 0:
             mask = inputs["completion_mask"] * inputs["tool_mask"]
             kl = sampling_kl(
@@ -459,10 +490,12 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         return logps, entropies, aux_loss
 
     def _prepare_inputs(self, generation_batch):
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)
         # KL early stopping acts between optimizer steps: the rest of the batch's inner updates are skipped and
         # fresh rollouts collected, so no optimizer step is ever taken with an empty gradient.
         window_start = self._step % self.current_gradient_accumulation_steps == 0
-        if self.model.training and self.kl_early_stopping.triggered and window_start:
+        if self.kl_early_stopping.triggered and window_start:
             self.kl_early_stops.append(self.state.global_step)
             self._metrics["train"]["kl_early_stop/stopped"].append(1.0)
             logger.info(
@@ -470,7 +503,17 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 f"{self.kl_early_stopping.target}; collecting fresh rollouts."
             )
             self._buffered_inputs = None
-        return super()._prepare_inputs(generation_batch)
+        # GRPOTrainer picks a buffered chunk by the global micro-step, which assumes every generation batch started
+        # on a multiple of its length. A batch collected early (KL early stop, a monitor rollback, a resume) starts
+        # elsewhere, so the micro-step is counted from where the current batch started: its every chunk trains once.
+        if self._buffered_inputs is None:
+            self._generation_start = self._step
+        step = self._step
+        self._step = step - self._generation_start
+        try:
+            return super()._prepare_inputs(generation_batch)
+        finally:
+            self._step = step
 
     def log_metric(self, name: str, value: float, mode: str = "train") -> None:
         """Add ``value`` to the metrics of the next log, averaged with the other values of ``name`` as TRL averages

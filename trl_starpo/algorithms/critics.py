@@ -175,6 +175,25 @@ class ThinkingCritic(_OnlineCritic):
         return loss.item()
 
 
+THINKING_SCALE_RULES = ("sign_aware", "multiplicative")
+
+
+def scale_by_thinking(advantages: torch.Tensor, scales: torch.Tensor, rule: str = "sign_aware") -> torch.Tensor:
+    """Apply the thinking critic's per-token ``scales`` (``sigmoid(score)`` in (0, 1), 1 where no turn is scored)
+    to ``advantages``.
+
+    - ``"multiplicative"``: ``A * s``, the specification's formula. It shrinks blame as much as credit, so a failure
+      whose thinking is degenerate keeps only a fraction of its penalty.
+    - ``"sign_aware"``: ``A * s`` where ``A >= 0`` and ``A * (2 - s)`` where ``A < 0``. Low-quality thinking earns
+      less credit and more blame; high-quality thinking (``s`` near 1) leaves the advantage as it was.
+    """
+    if rule == "multiplicative":
+        return advantages * scales
+    if rule == "sign_aware":
+        return torch.where(advantages >= 0, advantages * scales, advantages * (2 - scales))
+    raise ValueError(f"Unknown thinking scale rule {rule!r}; choose one of {THINKING_SCALE_RULES}.")
+
+
 def pooled_thinking_states(hidden: torch.Tensor, trajectory: Trajectory, completion_start: int) -> torch.Tensor:
     """Mean hidden state over each turn's thinking tokens: ``(num_turns, H)`` from one row of ``(T, H)`` states,
     where ``hidden[j]`` is the state at completion token ``j`` (``completion_start`` is the trajectory's
