@@ -3,7 +3,9 @@
 RAGEN (arXiv:2504.20073) reports that vanilla StarPO's success climbs and then collapses (the Echo Trap) in about
 30% of runs, and that StarPO-S makes collapse rare (about 2%). This script replicates the comparison at toy scale:
 many seeds of a tiny model on a toy multi-turn task, trained hard enough that vanilla StarPO can collapse, under the
-presets ``starpo``, ``starpo-s`` and ``starpo-s-ragen`` (trl_starpo/presets.py) with every other setting equal.
+presets ``starpo``, ``starpo-s`` and ``starpo-s-ragen`` (trl_starpo/presets.py) with every other setting equal, plus
+``starpo-s+gae``: ``starpo-s`` with the value critic's GAE as its estimator, the advantage the specification writes
+(``reward - value(s)``), so that the preset's choice of the group estimator is measured rather than asserted.
 
 Setting (``--setting``; ``SETTINGS`` and the environments below)
     Tasks: ``grid`` (``HintedGridEnv``): a position on a 10 x 10 grid and a target one step away; the observation
@@ -34,7 +36,7 @@ Collapse (defined before any run was made, and not changed after)
     Peak, final and initial success are ``P``, ``m_B`` and ``m_5`` (the first 5 batches).
 
 Usage
-    python benchmarks/echo_trap.py --setting grid          # a recorded study: 3 presets x 10 seeds
+    python benchmarks/echo_trap.py --setting grid          # a recorded study: 4 arms x 10 seeds
     python benchmarks/echo_trap.py --setting counter       # the other one
     python benchmarks/echo_trap.py --seeds 1 --steps 10 --no-record   # a smoke run
     python benchmarks/echo_trap.py --setting grid --analyse-only      # table, plot and results.md from saved runs
@@ -73,7 +75,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_MD = ROOT / "docs" / "results.md"
 
-PRESETS = ("starpo", "starpo-s", "starpo-s-ragen")
+ARMS = {  # study arm -> (preset, fields set on top of it)
+    "starpo": ("starpo", {}),
+    "starpo-s": ("starpo-s", {}),
+    "starpo-s-ragen": ("starpo-s-ragen", {}),
+    # the specification's StarPO-S writes its advantage as reward - value(s) with GAE: the same preset on that estimator
+    "starpo-s+gae": ("starpo-s", {"advantage_estimator": "gae"}),
+}
+PRESETS = tuple(ARMS)
 WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
 
 COUNTER = {
@@ -94,7 +103,8 @@ SETTINGS = {"counter": COUNTER, "grid": {**COUNTER, "sft_correct": 0.55}}
 """Everything that defines a run besides the task, the preset and the seed, per study setting."""
 SERIES = (
     "rollout/success", "rollout/format_error_rate", "rollout/group_return_std", "entropy", "grad_norm", "kl",
-    "kl_early_stop/sampling_kl", "filter/kept_fraction", "monitor/thinking_distinct_1",
+    "kl_early_stop/sampling_kl", "filter/kept_fraction", "filter/mean_weight", "clip_ratio/region_mean",
+    "critic/explained_variance", "monitor/thinking_distinct_1",
     "monitor/unique_response_fraction", "monitor/probe/mutual_information", "monitor/probe/retrieval_accuracy",
 )
 
@@ -302,9 +312,10 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
     transformers.utils.logging.disable_progress_bar()
     warnings.filterwarnings("ignore", category=FutureWarning)
     config = SETTINGS[setting]
+    preset_name, overrides = ARMS[preset]
     with tempfile.TemporaryDirectory() as output_dir:
         args = StarPOConfig(
-            output_dir=output_dir, preset=preset, seed=seed, max_steps=steps,
+            output_dir=output_dir, preset=preset_name, **overrides, seed=seed, max_steps=steps,
             num_generations=config["num_generations"], per_device_train_batch_size=config["batch_size"],
             num_iterations=config["num_iterations"], learning_rate=config["learning_rate"],
             lr_scheduler_type=config["lr_scheduler_type"], max_turns=config["max_turns"], max_actions_per_turn=1,
@@ -333,7 +344,11 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
 
 def setting_key(setting: str, steps: int) -> str:
     """A short hash of everything that defines a run besides its preset and seed."""
-    text = json.dumps({**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting]}, sort_keys=True)
+    # `learning_signal` names the trainer's update: runs made before the issue-12 fixes are not reused.
+    text = json.dumps(
+        {**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting], "learning_signal": 2},
+        sort_keys=True,
+    )
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
