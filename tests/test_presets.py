@@ -30,7 +30,16 @@ def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
     # no preset: TRL's defaults and plain StarPO
     plain = make_args(tmp_path)
     assert (plain.beta, plain.max_grad_norm, plain.trajectory_filter, plain.advantage_estimator) == (0.0, 1.0, "none", "group")
-    assert set(PRESETS) == {"starpo", "starpo-s", "starpo-s-ragen"}
+    assert plain.scale_rewards == "group"
+    ppo = make_args(tmp_path, preset="ppo")
+    assert (ppo.advantage_estimator, ppo.trajectory_filter, ppo.thinking_critic) == ("gae", "none", False)
+    assert (ppo.gae_gamma, ppo.gae_lambda, ppo.beta, ppo.epsilon, ppo.max_grad_norm) == (1.0, 1.0, 0.001, 0.2, 1.0)
+    gigpo = make_args(tmp_path, preset="gigpo")
+    assert (gigpo.advantage_estimator, gigpo.scale_rewards, gigpo.trajectory_filter) == ("gigpo", "none", "none")
+    assert (gigpo.gigpo_step_weight, gigpo.gigpo_gamma, gigpo.gigpo_step_std) == (1.0, 0.95, False)
+    assert (gigpo.beta, gigpo.entropy_coef, gigpo.epsilon, gigpo.epsilon_high) == (0.01, 0.001, 0.2, 0.2)
+    assert make_args(tmp_path, preset="gigpo", scale_rewards="group").scale_rewards == "group"
+    assert set(PRESETS) == {"starpo", "starpo-s", "starpo-s-ragen", "ppo", "gigpo"}
     # answer-only turns leave the preset's thinking critic nothing to score; asking for it explicitly is refused
     assert make_args(tmp_path, preset="starpo-s", enable_thinking=False).thinking_critic is False
     with pytest.raises(ValueError, match="enable thinking or switch the thinking critic off"):
@@ -45,6 +54,9 @@ def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
         (dict(filter_keep_fraction=0.0), "filter_keep_fraction"),
         (dict(advantage_estimator="vtrace"), "advantage_estimator must be one of"),
         (dict(value_model="some/model"), "uses no value critic"),
+        (dict(value_model="some/model", advantage_estimator="gigpo"), "'gigpo' uses no value critic"),
+        (dict(gigpo_gamma=1.5), "gigpo_gamma must be in"),
+        (dict(gigpo_step_weight=-1.0), "gigpo_step_weight must be >= 0"),
         (dict(gae_lambda=1.5), "gae_lambda must be in"),
         (dict(kl_early_stop=-1.0), "kl_early_stop must be >= 0"),
         (dict(thinking_scale_rule="halve"), "thinking_scale_rule must be one of"),

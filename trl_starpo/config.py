@@ -9,16 +9,22 @@ import torch
 from trl import GRPOConfig
 
 from .algorithms.critics import THINKING_SCALE_RULES
+from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
 from .presets import PRESETS
 
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
-ADVANTAGE_ESTIMATORS = ("group", "gae", "turn_gae")
+ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 
 _PARENT_FIELDS = {f.name: f for f in fields(GRPOConfig)}
 # Values of the preset-controlled fields when neither the user nor a preset sets them.
 _FALLBACKS = {
-    **{name: _PARENT_FIELDS[name].default for name in ("beta", "epsilon", "epsilon_high", "entropy_coef", "max_grad_norm", "warmup_steps")},
+    **{
+        name: _PARENT_FIELDS[name].default
+        for name in (
+            "beta", "epsilon", "epsilon_high", "entropy_coef", "max_grad_norm", "warmup_steps", "scale_rewards"
+        )
+    },
     "trajectory_filter": "none",
     "advantage_estimator": "group",
     "thinking_critic": False,
@@ -76,8 +82,8 @@ class StarPOConfig(GRPOConfig):
     `max_completion_length` is derived: it is set to `max_context_length`.
 
     `preset` names a set of values for the StarPO-S fields and for `beta`, `epsilon`, `epsilon_high`,
-    `entropy_coef`, `max_grad_norm` and `warmup_steps` (see `trl_starpo.presets.PRESETS` and docs/algorithms.md);
-    any of these fields set explicitly wins over the preset. Without a preset they take TRL's defaults and the
+    `entropy_coef`, `max_grad_norm`, `warmup_steps` and `scale_rewards` (see `trl_starpo.presets.PRESETS` and
+    docs/algorithms.md); any of these fields set explicitly wins over the preset. Without a preset they take TRL's defaults and the
     plain StarPO estimator.
     """
 
@@ -90,6 +96,7 @@ class StarPOConfig(GRPOConfig):
     entropy_coef: float | None = _preset_controlled("entropy_coef")
     max_grad_norm: float | None = _preset_controlled("max_grad_norm")
     warmup_steps: float | None = _preset_controlled("warmup_steps")
+    scale_rewards: str | None = _preset_controlled("scale_rewards")
 
     trajectory_filter: str | None = field(
         default=None,
@@ -116,11 +123,22 @@ class StarPOConfig(GRPOConfig):
         metadata={
             "help": f"One of {ADVANTAGE_ESTIMATORS}: 'group' is StarPO's group-relative return; 'gae' is token-level "
             "GAE over model tokens with a value critic; 'turn_gae' is GAE over turns (gae_gamma discounts turns), "
-            "spread over each turn's tokens. Default: the preset's, else 'group'."
+            "spread over each turn's tokens; 'gigpo' adds to the group-relative return a step-level advantage over "
+            "the turns that start from the same state (GiGPO). Default: the preset's, else 'group'."
         },
     )
     gae_gamma: float = field(default=1.0, metadata={"help": "GAE discount (per token, or per turn for turn_gae)."})
     gae_lambda: float = field(default=1.0, metadata={"help": "GAE lambda."})
+    gigpo_step_weight: float = field(
+        default=1.0, metadata={"help": "GiGPO: weight of the step-level advantage added to the episode-level one."}
+    )
+    gigpo_gamma: float = field(
+        default=0.95, metadata={"help": "GiGPO: discount of later turns' rewards in a turn's step return."}
+    )
+    gigpo_step_std: bool = field(
+        default=False,
+        metadata={"help": "GiGPO: divide step advantages by their step group's std (verl-agent's mean_std_norm)."},
+    )
     value_model: str | None = field(
         default=None,
         metadata={
@@ -264,12 +282,14 @@ class StarPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
             )
-        if self.value_model is not None and self.advantage_estimator == "group":
+        if self.value_model is not None and self.advantage_estimator not in CRITIC_ESTIMATORS:
             raise ValueError(
-                "value_model is set but advantage_estimator='group' uses no value critic; set "
+                f"value_model is set but advantage_estimator={self.advantage_estimator!r} uses no value critic; set "
                 "advantage_estimator='gae' (or 'turn_gae'), or drop value_model."
             )
-        for name in ("gae_gamma", "gae_lambda"):
+        if self.gigpo_step_weight < 0:
+            raise ValueError(f"gigpo_step_weight must be >= 0, got {self.gigpo_step_weight}.")
+        for name in ("gae_gamma", "gae_lambda", "gigpo_gamma"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}.")
         if self.value_clip_range <= 0 or self.critic_learning_rate <= 0:

@@ -47,4 +47,23 @@ PRESETS: dict[str, dict[str, object]] = {
         "warmup_steps": 0.0,
         "kl_early_stop": 0.0,
     },
+    # GiGPO as verl-agent runs it (its defaults; gigpo_step_weight 1.0, gigpo_gamma 0.95 and gigpo_step_std off are
+    # the fields' own defaults): episode- and step-level advantages centred on their group means without std scaling.
+    "gigpo": {
+        "trajectory_filter": "none",
+        "advantage_estimator": "gigpo",
+        "thinking_critic": False,
+        "scale_rewards": "none",
+        "beta": 0.01,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "entropy_coef": 0.001,
+        "max_grad_norm": 1.0,
+        "warmup_steps": 0.0,
+        "kl_early_stop": 0.0,
+    },
 }
+
+# PPO as the specification's baseline table runs it: `starpo` with a value critic and token-level GAE (gae_gamma =
+# gae_lambda = 1, advantages whitened over the batch) in place of the group-relative estimator.
+PRESETS["ppo"] = {**PRESETS["starpo"], "advantage_estimator": "gae"}

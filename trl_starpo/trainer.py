@@ -22,13 +22,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import pad, use_adapter
 
 from .algorithms import turns as turn_tensors
-from .algorithms.advantages import (
-    group_relative_advantages,
-    masked_gae,
-    masked_whiten,
-    token_advantages,
-    turn_level_gae,
-)
+from .algorithms.advantages import group_relative_advantages, token_advantages
+from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS, AdvantageBatch, EstimatorSettings
 from .algorithms.critics import (
     ThinkingCritic,
     scale_by_thinking,
@@ -143,6 +138,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         if self._tokenizer.chat_template is None:
             raise ValueError("The tokenizer has no chat template; StarPO renders every turn through it.")
         self.collector = RolloutCollector.from_config(self._tokenizer, args)
+        self.estimator_settings = EstimatorSettings.from_config(args)
         self._environments: list[Environment] = []
         self.last_trajectories: list[Trajectory] = []
         self.value_critic, self.thinking_critic = self._build_critics(args)
@@ -162,7 +158,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
         hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
         value_critic = thinking_critic = None
-        if args.advantage_estimator != "group":
+        if args.advantage_estimator in CRITIC_ESTIMATORS:
             backbone = None
             if args.value_model is not None:
                 from transformers import AutoModel
@@ -273,12 +269,19 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         output = {**batch, **self._policy_logps(batch, mode)}
         hidden = self._completion_hidden_states(batch) if (self.value_critic or self.thinking_critic) else None
         all_advantages = group_relative_advantages(all_returns, group_size, scale=self.scale_rewards)
+        estimator_batch = AdvantageBatch(
+            trajectories, model_mask, all_returns, offset, group_size, keep=local_keep,
+            reduce=lambda t: self.accelerator.reduce(t, reduction="sum"), gather=gather_object,
+        )
         if self.value_critic is None:
-            advantages = all_advantages[local]
+            estimate = ESTIMATORS[self.args.advantage_estimator](estimator_batch, self.estimator_settings)
         else:
-            advantages = self._gae_advantages(trajectories, batch, hidden, model_mask, local_keep, mode)
+            estimate = self._gae_advantages(estimator_batch, batch, hidden, mode)
+        for name, value in estimate.metrics.items():
+            self._metrics[mode][name].append(value)
         advantages = token_advantages(
-            advantages, segments, thinking_weight=self.args.thinking_loss_weight, action_weight=self.args.action_loss_weight
+            estimate.advantages, segments, thinking_weight=self.args.thinking_loss_weight,
+            action_weight=self.args.action_loss_weight,
         )
         if self.thinking_critic is not None:
             scales = self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
@@ -334,11 +337,11 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 states.append(out.hidden_states[-1][:, start:].float())
         return torch.cat(states)
 
-    def _gae_advantages(self, trajectories, batch, hidden, model_mask, keep, mode) -> torch.Tensor:
-        """GAE (token- or turn-level) advantages from the value critic, whitened over kept model tokens; trains the
-        critic on the same batch in training mode."""
+    def _gae_advantages(self, estimator_batch: AdvantageBatch, batch, hidden, mode):
+        """The critic estimator's advantages from the value critic's estimates; trains the critic on the same batch
+        in training mode."""
         critic = self.value_critic
-        length = model_mask.size(1)
+        model_mask = estimator_batch.mask
         features = {
             "policy_hidden": hidden[:, :-1],
             "input_ids": torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1),
@@ -347,29 +350,17 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         }
         with torch.no_grad():
             old_values = critic(critic.hidden_states(**features)) * model_mask
-        gamma, lam = self.args.gae_gamma, self.args.gae_lambda
-        if self.args.advantage_estimator == "gae":
-            rewards = turn_tensors.token_rewards(trajectories, length, like=old_values)
-            advantages, value_targets = masked_gae(rewards, old_values, model_mask, gamma, lam)
-        else:
-            turn_rewards, turn_mask = turn_tensors.per_turn_tensor(
-                trajectories, [[turn.reward for turn in t.turns] for t in trajectories], like=old_values
-            )
-            turn_values, _ = turn_tensors.per_turn_tensor(
-                trajectories, turn_tensors.values_at_turn_starts(old_values, trajectories), like=old_values
-            )
-            turn_advantages, turn_returns = turn_level_gae(turn_rewards, turn_values, turn_mask, gamma, lam)
-            advantages = turn_tensors.spread_over_turns(turn_advantages, trajectories, length) * model_mask
-            value_targets = turn_tensors.spread_over_turns(turn_returns, trajectories, length) * model_mask
+        estimator_batch.values = old_values
+        estimate = ESTIMATORS[self.args.advantage_estimator](estimator_batch, self.estimator_settings)
+        value_targets, trained = estimate.value_targets, estimator_batch.trained
 
-        trained = model_mask * keep.unsqueeze(1)
         if mode == "train":
             self._metrics[mode]["critic/value_loss"].append(critic.update(features, old_values, value_targets, trained))
         self._metrics[mode]["critic/explained_variance"].append(explained_variance(old_values, value_targets, trained))
         self._metrics[mode]["critic/value_mean"].append(
             ((old_values * trained).sum() / trained.sum().clamp(min=1)).item()
         )
-        return masked_whiten(advantages, trained, reduce=lambda t: self.accelerator.reduce(t, reduction="sum"))
+        return estimate
 
     def _thinking_scales(self, trajectories, hidden, all_returns, group_size, local, mode) -> torch.Tensor:
         """``(B, T)`` factors ``sigmoid(score)`` of each turn's thinking on that turn's tokens; stores each score

@@ -42,6 +42,7 @@ class Turn:
     response_start: int = 0  # token offset of the first generated token of the turn
     response_end: int = 0  # token offset just past the last generated token
     thinking_score: float | None = None  # the thinking-quality critic's score (a logit), when one is used
+    next_state_key: str | None = None  # info["state_key"] of the turn's last step: the state it led to, if keyed
 
 
 @dataclass

@@ -29,6 +29,9 @@ class Environment(Protocol):
     - ``action_is_effective`` (bool): the action changed the state.
     - ``success`` (bool): the episode's goal is reached.
 
+    and may carry ``state_key`` (str): a key of the state the step led to, equal for equal states, for when the
+    observation text can differ while the state does not (GiGPO groups turns by their start state).
+
     Three optional methods give baselines, prompts and warm starts something to work with; the evaluation and SFT
     tools use them when an environment has them:
 

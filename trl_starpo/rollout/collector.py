@@ -8,6 +8,7 @@ environment that raises ends only its own trajectory.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
@@ -57,6 +58,18 @@ class ChatGlue:
         return cls(close_turn=encode(between), open_turn=encode(opened), to_response=encode(after))
 
 
+_MAX_STATE_KEY = 256
+
+
+def _state_key(info: dict) -> str | None:
+    """An environment's ``info["state_key"]`` as a bounded string (a long key is replaced by its digest)."""
+    key = info.get("state_key")
+    if key is None:
+        return None
+    key = str(key)
+    return key if len(key) <= _MAX_STATE_KEY else hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
+
+
 def step_action(trajectory: Trajectory, env: Environment, turn: Turn, action: str) -> tuple[str, bool]:
     """Step one ``action`` in ``env`` and record it on ``turn`` and ``trajectory``.
 
@@ -73,6 +86,7 @@ def step_action(trajectory: Trajectory, env: Environment, turn: Turn, action: st
         trajectory.success = False
         return "", True
     turn.reward += float(reward)
+    turn.next_state_key = _state_key(info)
     turn.num_valid_actions += bool(info.get("action_is_valid", True))
     turn.num_effective_actions += bool(info.get("action_is_effective", True))
     trajectory.success = bool(info.get("success", False))
