@@ -53,7 +53,8 @@ def test_invalid_action_penalty_is_carried_from_the_config_and_read_back(tmp_pat
     settings = RolloutSettings.from_config(args)
     assert settings.invalid_action_penalty == -0.3
     assert RolloutCollector.from_config(tiny_tokenizer, settings).invalid_action_penalty == -0.3
-    assert RolloutCollector.from_config(tiny_tokenizer, RolloutSettings(format_penalty=-0.2)).invalid_action_penalty == -0.2
+    defaulted = RolloutCollector.from_config(tiny_tokenizer, RolloutSettings(format_penalty=-0.2))
+    assert defaulted.invalid_action_penalty == -0.2
     (tmp_path / AGENT_FILE).write_text(json.dumps({"rollout": dataclasses.asdict(settings)}))
     assert RolloutSettings.from_pretrained(tmp_path).invalid_action_penalty == -0.3
     # An agent recorded before the field existed was trained with invalid actions unpenalized.
