@@ -103,6 +103,33 @@ def test_invalid_actions_are_dropped_and_counted(tiny_tokenizer):
     assert trajectory.turns[1].observation == "The counter is at 1."
 
 
+def test_a_turn_with_an_invalid_action_costs_the_format_penalty_once(tiny_tokenizer):
+    responses = ["<think>x</think><answer>jump || hop</answer>", "<think>x</think><answer>jump || inc</answer>", GOOD_2]
+    (trajectory,), _ = collect(tiny_tokenizer, {0: list(responses)}, format_penalty=-0.25)
+    assert [turn.num_valid_actions for turn in trajectory.turns] == [0, 1, 1]
+    assert [turn.reward for turn in trajectory.turns] == [-0.25, -0.25, 1.0] and trajectory.success
+    (trajectory,), _ = collect(tiny_tokenizer, {0: list(responses)}, format_penalty=-0.25, invalid_action_penalty=0.0)
+    assert [turn.reward for turn in trajectory.turns] == [0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("response", ["your action</answer>", "1</answer>", "2</answer>", "no answer at all"])
+def test_on_bandit_a_well_formed_invalid_answer_is_no_safer_than_a_malformed_one(tiny_tokenizer, response):
+    """The collapse seen with SmolLM2: answer-only, every response the old placeholder `<answer>your action</answer>`.
+    It now earns the format penalty, like a malformed turn, and less than either arm ever pays."""
+    import trl_starpo
+
+    tasks = [dict(row) for row in trl_starpo.load_tasks("bandit", "validation").select(range(4))]
+    collector = RolloutCollector(tiny_tokenizer, enable_thinking=False, max_turns=1, max_actions_per_turn=1)
+    generator = ScriptedGenerator(tiny_tokenizer, {i: [response] for i in range(4)})
+    environments = [trl_starpo.load_environment("bandit") for _ in tasks]
+    trajectories = collector.collect(environments, tasks, generator)
+    returns = [t.episode_return for t in trajectories]
+    if response.startswith(("1", "2")):
+        assert min(returns) >= 0.0 and all(t.turns[0].num_valid_actions == 1 for t in trajectories)
+    else:
+        assert returns == [-0.1] * 4
+
+
 def test_extra_actions_beyond_the_turn_limit_are_dropped(tiny_tokenizer):
     (trajectory,), _ = collect(
         tiny_tokenizer, {0: ["<think>x</think><answer>dec || dec || dec</answer>", GOOD_1]}, max_turns=2
@@ -116,7 +143,7 @@ def test_environment_exception_fails_only_its_trajectory(tiny_tokenizer):
     responses = {0: ["<think>x</think><answer>boom</answer>"], 1: [GOOD_1, GOOD_2]}
     (broken, healthy), generator = collect(tiny_tokenizer, responses)
     assert broken.truncation == "env_error" and "environment exploded" in broken.env_error
-    assert not broken.success and len(broken.turns) == 1
+    assert not broken.success and len(broken.turns) == 1 and broken.turns[0].reward == 0.0  # no invalid-action penalty
     assert healthy.success
     assert [sorted(call) for call in generator.calls] == [[0, 1], [1]]  # finished episodes leave the batch
 

@@ -44,6 +44,24 @@ def test_settings_from_agent_file(tmp_path):
     assert RolloutSettings.from_pretrained(tmp_path / "nothing") == RolloutSettings()
 
 
+def test_invalid_action_penalty_is_carried_from_the_config_and_read_back(tmp_path, tiny_tokenizer):
+    from trl_starpo.config import StarPOConfig
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    args = StarPOConfig(output_dir=str(tmp_path), format_penalty=-0.3, report_to="none")
+    assert args.invalid_action_penalty == -0.3  # defaults to the format penalty
+    settings = RolloutSettings.from_config(args)
+    assert settings.invalid_action_penalty == -0.3
+    assert RolloutCollector.from_config(tiny_tokenizer, settings).invalid_action_penalty == -0.3
+    defaulted = RolloutCollector.from_config(tiny_tokenizer, RolloutSettings(format_penalty=-0.2))
+    assert defaulted.invalid_action_penalty == -0.2
+    (tmp_path / AGENT_FILE).write_text(json.dumps({"rollout": dataclasses.asdict(settings)}))
+    assert RolloutSettings.from_pretrained(tmp_path).invalid_action_penalty == -0.3
+    # An agent recorded before the field existed was trained with invalid actions unpenalized.
+    (tmp_path / AGENT_FILE).write_text(json.dumps({"rollout": {"max_turns": 3, "format_penalty": -0.3}}))
+    assert RolloutSettings.from_pretrained(tmp_path).invalid_action_penalty == 0.0
+
+
 def test_expert_solves_every_task(counter_env):
     from trl_starpo import load_tasks
 

@@ -5,6 +5,8 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.rollout.generation import CachedTransformersGenerator, TransformersGenerator, cut_at_eos
+from trl_starpo.store import from_dataset, to_dataset
+from trl_starpo.trajectory import MODEL_SEGMENTS, Segment
 
 GREEDY = GenerationConfig(do_sample=False)
 
@@ -232,3 +234,149 @@ def test_sampling_logprobs_are_those_of_the_tempered_distribution(tiny_model, ti
             logits = tiny_model(full).logits[0, len(turn_two[key]) - 1 : -1] / 0.7
         expected = logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
         assert cached.last_logprobs[key] == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+# -- every returned token was sampled: rows stopping at different steps ----------------------------------------------
+
+
+class ScriptedChoices(CachedTransformersGenerator):
+    """The real decoding loop on a real model, with the sampler's choices scripted per trajectory and turn.
+
+    ``scripts[key][turn]`` lists the tokens the sampler picks for ``key`` in that turn, step by step; past its end
+    (or without a script) the sampler samples as usual. Every choice the sampler makes, for every row and step, is
+    recorded in ``choices[turn][key]`` as ``(token, log-prob under the distribution it was drawn from)``; rows that
+    already stopped keep being recorded, although the decoding loop discards those choices.
+    """
+
+    def __init__(self, model, scripts=None, **settings):
+        super().__init__(model, **settings)
+        self.scripts = scripts or {}
+        self.choices: list[dict[int, list[tuple[int, float]]]] = []
+
+    def generate(self, contexts, max_new_tokens):
+        self.choices.append({key: [] for key in contexts})
+        return super().generate(contexts, max_new_tokens)
+
+    def _pick(self, scores):
+        picks = super()._pick(scores)
+        logprobs = scores.log_softmax(dim=-1)
+        turn = len(self.choices) - 1
+        for row, key in enumerate(self._keys):
+            made = self.choices[turn][key]
+            planned = self.scripts.get(key, [])
+            planned = planned[turn] if turn < len(planned) else []
+            if len(made) < len(planned):
+                picks[row] = planned[len(made)]
+            made.append((int(picks[row]), logprobs[row, picks[row]].item()))
+        return picks
+
+
+UNTEMPERED = GenerationConfig(do_sample=True, top_k=0)  # sampling scores are the model's own log-probs
+
+
+def scripted(tokenizer, model, scripts, pad_token_id, config=UNTEMPERED):
+    return ScriptedChoices(model, scripts, pad_token_id=pad_token_id, eos_token_ids=[tokenizer.eos_token_id],
+                           generation_config=config, stop_strings=["</answer>"], tokenizer=tokenizer)
+
+
+def first_turn_scripts(tok):
+    """Key 0 stops on the stop string, key 1 on its end-of-turn token, key 2 runs into a budget of 8; the tokens
+    after each stop are what the sampler would pick next, and must never come back."""
+    eos = tok.eos_token_id
+    return {
+        0: ids(tok, "go</think><answer>inc</answer>") + ids(tok, " go go"),
+        1: ids(tok, "go</think>") + [eos] + ids(tok, " go go go"),
+        2: ids(tok, " go") * 10,
+    }
+
+
+def ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.mark.parametrize("pad", ["pad", "eos"])  # a pad token of its own, or the end-of-turn token (SmolLM2)
+def test_each_row_returns_exactly_its_sampled_tokens_through_its_stop(tiny_model, tiny_tokenizer, agent_prompt, pad):
+    tok = tiny_tokenizer
+    scripts = first_turn_scripts(tok)
+    generator = scripted(tok, tiny_model, {key: [script] for key, script in scripts.items()},
+                         tok.pad_token_id if pad == "pad" else tok.eos_token_id)
+    responses = generator.generate({key: agent_prompt for key in scripts}, 8)
+    expected = {0: scripts[0][:6], 1: scripts[1][:3], 2: scripts[2][:8]}
+    assert tok.decode(expected[0]).endswith("</answer>") and expected[1][-1] == tok.eos_token_id
+    (choices,) = generator.choices
+    for key in scripts:
+        assert responses[key] == expected[key], f"row {key}"
+        assert generator.last_logprobs[key] == pytest.approx([lp for _, lp in choices[key][: len(expected[key])]])
+    # The rows that stopped early were still decoded alongside (their later choices were discarded).
+    assert all(len(made) == 8 for made in choices.values())
+
+
+@pytest.mark.parametrize("pad", ["pad", "eos"])
+def test_collected_responses_hold_only_sampled_tokens_with_their_segments_and_logprobs(tiny_model, tiny_tokenizer, pad):
+    tok = tiny_tokenizer
+    eos = tok.eos_token_id
+    first = first_turn_scripts(tok)
+    second = {0: ids(tok, "go</think><answer>inc</answer>") + ids(tok, " go"),
+              1: ids(tok, "go</think><answer>dec</answer>") + [eos],  # stops on the string, before eos
+              2: ids(tok, "go</think>") + [eos] + ids(tok, " go")}
+    generator = scripted(tok, tiny_model, {key: [first[key], second[key]] for key in first},
+                         tok.pad_token_id if pad == "pad" else eos)
+    collector = RolloutCollector(tok, max_turns=2, max_actions_per_turn=1, max_tokens_per_turn=8)
+    tasks = [{"task_id": "t", "seed": 0, "start": 0, "target": 2}] * 3
+    trajectories = collector.collect([CounterEnv() for _ in tasks], tasks, generator, groups=[0, 0, 0])
+
+    expected = {0: [first[0][:6], second[0][:6]], 1: [first[1][:3], second[1][:6]], 2: [first[2][:8], second[2][:3]]}
+    think_close = ids(tok, "</think>")[0]
+    for key, trajectory in enumerate(trajectories):
+        assert len(trajectory.turns) == 2 and trajectory.truncation == "max_turns" or trajectory.success
+        recorded = {}
+        for turn, (record, tokens) in enumerate(zip(trajectory.turns, expected[key])):
+            span = slice(record.response_start, record.response_end)
+            assert trajectory.token_ids[span] == tokens, f"row {key}, turn {turn}"
+            thinking = tokens.index(think_close) + 1 if think_close in tokens else 0
+            assert trajectory.segments[span] == [int(Segment.THINKING)] * thinking + [int(Segment.ACTION)] * (
+                len(tokens) - thinking)
+            # Each recorded log-prob is the sampler's, for the token the sampler chose at that step.
+            choices = generator.choices[turn][key][: len(tokens)]
+            assert [token for token, _ in choices] == tokens
+            assert trajectory.logprobs[span] == pytest.approx([lp for _, lp in choices])
+            recorded.update(zip(range(record.response_start, record.response_end), trajectory.logprobs[span]))
+        # Nothing else is trained or carries a sampling log-prob.
+        model_positions = [i for i, label in enumerate(trajectory.segments) if label in MODEL_SEGMENTS]
+        assert model_positions == sorted(recorded)
+        assert [i for i, lp in enumerate(trajectory.logprobs) if lp is not None] == model_positions
+        # ... and each is what the policy gives that token after exactly the tokens the trajectory holds before it.
+        with torch.no_grad():
+            logits = tiny_model(torch.tensor([trajectory.token_ids])).logits[0].float().log_softmax(-1)
+        fresh = [logits[i - 1, trajectory.token_ids[i]].item() for i in model_positions]
+        assert [recorded[i] for i in model_positions] == pytest.approx(fresh, abs=1e-4)
+    assert trajectories[0].success and [t.format_ok for t in trajectories[1].turns] == [False, True]
+    # The trajectory store keeps them as they are (log-probs as float32).
+    for trajectory, back in zip(trajectories, from_dataset(to_dataset(trajectories, step=0))):
+        assert (back.token_ids, back.segments, back.turns) == (trajectory.token_ids, trajectory.segments,
+                                                                trajectory.turns)
+        assert [lp is None for lp in back.logprobs] == [lp is None for lp in trajectory.logprobs]
+        assert [lp for lp in back.logprobs if lp is not None] == pytest.approx(
+            [lp for lp in trajectory.logprobs if lp is not None], rel=1e-6)
+
+
+def test_sampled_collection_records_only_the_chosen_tokens(tiny_agent, tiny_tokenizer):
+    """Unscripted: at a high temperature the agent's rows end on the stop string, on an end-of-turn token or at the
+    budget, at different steps."""
+    tok = tiny_tokenizer
+    collector = RolloutCollector(tok, max_turns=3, max_actions_per_turn=1, max_tokens_per_turn=8)
+    tasks = [{"task_id": f"t{i}", "seed": i, "start": 0, "target": 3} for i in range(8)]
+    torch.manual_seed(0)
+    generator = scripted(tok, tiny_agent, {}, tok.pad_token_id, GenerationConfig(do_sample=True, temperature=2.0))
+    trajectories = collector.collect([CounterEnv() for _ in tasks], tasks, generator)
+    stops = set()
+    for key, trajectory in enumerate(trajectories):
+        for turn, record in enumerate(trajectory.turns):
+            span = slice(record.response_start, record.response_end)
+            choices = generator.choices[turn][key][: record.response_end - record.response_start]
+            assert trajectory.token_ids[span] == [token for token, _ in choices]
+            assert trajectory.logprobs[span] == pytest.approx([lp for _, lp in choices])
+            tokens = trajectory.token_ids[span]
+            stops.add("eos" if tokens[-1] == tok.eos_token_id else "string" if tok.decode(tokens).endswith(
+                "</answer>") else "budget" if len(tokens) == 8 else "other")
+    assert {"eos", "string", "budget"} <= stops, stops

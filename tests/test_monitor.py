@@ -4,16 +4,18 @@ import copy
 import json
 import math
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import CounterEnv
+from conftest import CounterEnv, ScriptedGenerator
 from datasets import Dataset
 from test_trainer import make_args
 from transformers import TrainerCallback
 
 from trl_starpo import StarPOTrainer
 from trl_starpo.detectors import (
+    AnswerCollapse,
     Detector,
     DiversityCollapse,
     EntropyCollapse,
@@ -22,8 +24,10 @@ from trl_starpo.detectors import (
     SuccessDrop,
     default_detectors,
 )
-from trl_starpo.diagnostics import distinct_n, reasoning_probe, trajectory_diagnostics, turn_repetition
-from trl_starpo.monitor import STATE_FILE, EchoTrapCallback, add_echo_trap_monitor
+from trl_starpo.diagnostics import distinct_n, reasoning_probe, top_answer, trajectory_diagnostics, turn_repetition
+from trl_starpo.monitor import STATE_FILE, EchoTrapCallback, MonitorCallback, add_echo_trap_monitor
+from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 
 
@@ -99,6 +103,26 @@ def test_detectors_fire_on_a_collapse(detector, collapse, latest):
         steps = fired_steps(detector(), collapsing_run(seed, at=70, **collapse))
         assert steps, f"missed the collapse on seed {seed}"
         assert 70 <= steps[0] <= 70 + latest
+
+
+def answer_logs(fraction=1.0, spread=0.0, unchanged=1.0, success=0.0):
+    return {"monitor/top_answer_fraction": fraction, "monitor/group_return_std_max": spread,
+            "monitor/top_answer_unchanged": unchanged, "rollout/success": success}
+
+
+def test_answer_collapse_needs_one_unchanged_answer_and_no_spread_for_three_batches():
+    assert fired_steps(AnswerCollapse(), [answer_logs()] * 6) == [2]
+    assert fired_steps(AnswerCollapse(), [answer_logs(unchanged=0.0)] + [answer_logs()] * 5) == [3]
+    quiet = {
+        "returns still differ": answer_logs(spread=0.05),
+        "answers differ": answer_logs(fraction=0.6),
+        "the answer changes every batch": answer_logs(unchanged=0.0),
+        "the task is solved": answer_logs(success=1.0),
+    }
+    for why, entry in quiet.items():
+        assert fired_steps(AnswerCollapse(), [entry] * 10) == [], why
+    # The trainer's own entries (without the monitor's metrics) are skipped, not counted.
+    assert fired_steps(AnswerCollapse(), [answer_logs(), {"loss": 1.0}] * 3) == [4]
 
 
 def test_grad_norm_spike_fires_on_the_spike_step_only():
@@ -184,6 +208,16 @@ def test_trajectory_diagnostics():
     assert stats["monitor/thinking_repetition"] == pytest.approx((1 + 0 + 1 + 1) / 4)
     assert stats["monitor/unique_response_fraction"] == pytest.approx(4 / 8)
     assert stats["monitor/empty_thinking_rate"] == 0.0
+    assert stats["monitor/top_answer_fraction"] == 0.5  # no actions taken: the responses, "push box" in 4 of 8
+
+
+def test_top_answer_reads_actions_else_the_response():
+    batch = [make_trajectory(["x", "y"], responses=["<answer>up</answer>", "nonsense"]),
+             make_trajectory(["z"], responses=["<answer>up</answer>"])]
+    batch[0].turns[0].actions = ["up"]
+    batch[1].turns[0].actions = ["up"]
+    assert top_answer(batch) == ("up", pytest.approx(2 / 3))
+    assert top_answer([]) == (None, pytest.approx(float("nan"), nan_ok=True))
 
 
 class EchoModel(torch.nn.Module):
@@ -309,7 +343,54 @@ def test_callback_refuses_what_cannot_work():
     with pytest.raises(ValueError, match="unique"):
         EchoTrapCallback(detectors=[SuccessDrop(), SuccessDrop()])
     assert [d.name for d in default_detectors()] == [
-        "success_drop", "reward_std_collapse", "entropy_collapse", "grad_norm_spike", "diversity_collapse"]
+        "success_drop", "reward_std_collapse", "entropy_collapse", "grad_norm_spike", "diversity_collapse",
+        "answer_collapse"]
+
+
+def bandit_batch(tokenizer, responses):
+    """One batch as the SmolLM2 Bandit run played it: answer-only, two groups of four rollouts, invalid actions
+    unpenalized (as before ``invalid_action_penalty``); ``responses`` continue the prefilled ``<answer>``."""
+    import trl_starpo
+
+    rows = [dict(row) for row in trl_starpo.load_tasks("bandit", "validation").select(range(2))]
+    tasks, groups = [rows[i // 4] for i in range(8)], [i // 4 for i in range(8)]
+    collector = RolloutCollector(tokenizer, enable_thinking=False, max_turns=1, max_actions_per_turn=1,
+                                 invalid_action_penalty=0.0)
+    generator = ScriptedGenerator(tokenizer, {i: [response] for i, response in enumerate(responses)})
+    return collector.collect([trl_starpo.load_environment("bandit") for _ in tasks], tasks, generator, groups)
+
+
+def test_warn_mode_flags_the_bandit_collapse_onto_the_format_placeholder(tiny_tokenizer, caplog):
+    """Three batches of malformed turns and placeholders, then every response `<answer>your action</answer>` and
+    every return 0, as SmolLM2 played Bandit (success 0 throughout). The monitor warns within three batches of the
+    collapse; the other detectors alone never do (no success to drop from, a spread too small to have a peak)."""
+    mixed = ["pull one", "your action</answer>", "the first arm", "your action</answer>"] * 2
+    collapsed = bandit_batch(tiny_tokenizer, ["your action</answer>"] * 8)
+    batches = [bandit_batch(tiny_tokenizer, mixed)] * 3 + [collapsed] * 6
+    assert {t.episode_return for t in batches[-1]} == {0.0}
+    assert len({t.episode_return for t in batches[0][:4]}) > 1
+
+    trainer = SimpleNamespace(last_trajectories=None, accelerator=SimpleNamespace(num_processes=1), logged={})
+    trainer.log_metric = trainer.logged.__setitem__
+    monitor = MonitorCallback(trainer, probe_every=0)
+    warn = EchoTrapCallback(action="warn")
+    blind = EchoTrapCallback(action="warn", detectors=[d for d in default_detectors() if d.name != "answer_collapse"])
+    state, control = State(), Control()
+    with caplog.at_level("WARNING", logger="trl_starpo.monitor"):
+        for step, batch in enumerate(batches, start=1):
+            state.global_step = step
+            trainer.last_trajectories = list(batch)
+            monitor.on_step_end(Args(), state, control)
+            stats = [sum(column) / len(column) for column in zip(*(trajectory_stats(t) for t in batch))]
+            entry = {**{f"rollout/{name}": value for name, value in zip(STAT_NAMES, stats)}, **trainer.logged}
+            state.log_history.append({**entry, "step": step})
+            warn.on_log(Args(), state, control, logs=dict(entry))
+            blind.on_log(Args(), state, control, logs=dict(entry))
+    # Collapsed from step 4 on, where the placeholder was already the most common answer: patience 3 ends at step 6.
+    assert [(d["step"], d["detectors"], d["action"]) for d in warn.detections] == [(6, ["answer_collapse"], "warn")]
+    assert not control.should_training_stop
+    assert "Echo trap at step 6 (warn): answer_collapse: 100% of the turns give the same answer" in caplog.text
+    assert blind.detections == []
 
 
 # -- on a real trainer --------------------------------------------------------------------------------------------

@@ -1,6 +1,14 @@
+import re
+
 import pytest
 
-from trl_starpo.rollout.parsing import format_instructions, parse_response, split_actions, thinking_end
+from trl_starpo.rollout.parsing import (
+    format_instructions,
+    parse_response,
+    response_shape,
+    split_actions,
+    thinking_end,
+)
 
 
 def test_well_formed_response():
@@ -92,3 +100,21 @@ def test_format_instructions_mention_the_shape_and_actions():
     text = format_instructions("Up, Down", enable_thinking=True, max_actions=3, separator="||")
     assert "<think>" in text and "<answer>" in text and "Up, Down" in text and "'||'" in text
     assert "<think>" not in format_instructions("Up", enable_thinking=False, max_actions=1, separator="||")
+
+
+def well_formed_answers(text):
+    """The answers of ``text`` that parse as well-formed, by the collector's own parser."""
+    answers = [parse_response(span, enable_thinking=False, max_actions=9) for span in
+               re.findall(r"<answer>.*?</answer>", text, re.DOTALL)]
+    return [action for parsed in answers if parsed.format_ok for action in parsed.actions]
+
+
+@pytest.mark.parametrize("enable_thinking", [True, False])
+def test_format_instructions_answer_only_with_the_example_action(enable_thinking):
+    # The shape itself is not a well-formed response: copying it is malformed, never an action.
+    assert not parse_response(response_shape(enable_thinking), enable_thinking=enable_thinking).format_ok
+    bare = format_instructions("Up, Down", enable_thinking=enable_thinking, max_actions=2, separator="||")
+    assert well_formed_answers(bare) == []
+    shown = format_instructions("Up, Down", enable_thinking=enable_thinking, max_actions=1, separator="||",
+                                example_action="Up")
+    assert well_formed_answers(shown) == ["Up"] and "for example <answer>Up</answer>" in shown

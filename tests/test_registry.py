@@ -1,8 +1,12 @@
+import re
+
 import pytest
 from datasets import Dataset, DatasetDict
 
 import trl_starpo
 from trl_starpo.envs import Environment, load_task_dataset, write_task_split
+from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.rollout.parsing import parse_response
 
 
 def test_shipped_environments_are_registered():
@@ -22,6 +26,35 @@ def test_every_environment_follows_the_protocol(name):
     assert info["action_is_valid"] is False and reward == 0.0
     assert {"action_is_valid", "action_is_effective", "success"} <= set(info)
     env.close()
+
+
+def is_valid_action(name, task, action):
+    """Whether ``action`` is one of the start state's admissible actions, or the environment takes it as valid."""
+    env = trl_starpo.load_environment(name)
+    env.reset(seed=task.get("seed"), options={"task": task})
+    admissible = env.admissible_actions() if hasattr(env, "admissible_actions") else []
+    valid = action in admissible or env.step(action)[4]["action_is_valid"]
+    env.close()
+    return valid
+
+
+@pytest.mark.parametrize("enable_thinking", [True, False])
+@pytest.mark.parametrize("name", trl_starpo.list_environments())
+def test_prompts_show_no_well_formed_answer_that_names_no_valid_action(name, enable_thinking, tiny_tokenizer):
+    """A model copies the answer its prompt shows (SmolLM2 on Bandit learned `<answer>your action</answer>`): every
+    answer the prompt or the format hint shows that parses as well-formed must name a valid action."""
+    collector = RolloutCollector(tiny_tokenizer, enable_thinking=enable_thinking, max_actions_per_turn=2)
+    task = dict(trl_starpo.load_tasks(name, "validation")[0])
+    env = trl_starpo.load_environment(name)
+    trajectory, _ = collector._start(env, task, 0)
+    env.close()
+    shown = tiny_tokenizer.decode(trajectory.token_ids) + collector._format_hint()
+    answers = [parse_response(span, enable_thinking=False, max_actions=9)
+               for span in re.findall(r"<answer>.*?</answer>", shown, re.DOTALL)]
+    actions = [action for parsed in answers if parsed.format_ok for action in parsed.actions]
+    assert actions == [env.example_action]  # every shipped environment shows a real example
+    for action in actions:
+        assert is_valid_action(name, task, action), f"{name} shows {action!r}, which it does not take"
 
 
 def test_unknown_environment_names_what_is_installed():

@@ -67,6 +67,7 @@ def capture_logps(trainer):
         (dict(max_turns=0), "max_turns must be at least 1"),
         (dict(max_context_length=64, max_tokens_per_turn=64), "must exceed max_tokens_per_turn"),
         (dict(format_penalty=0.5), "format_penalty must be <= 0"),
+        (dict(invalid_action_penalty=0.5), "invalid_action_penalty must be <= 0"),
         (dict(thinking_loss_weight=0.0, action_loss_weight=0.0), "nothing would be trained"),
         (dict(action_separator=""), "action_separator"),
         (dict(loss_type="sapo"), "not supported by StarPOTrainer"),

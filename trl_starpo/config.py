@@ -202,6 +202,14 @@ class StarPOConfig(GRPOConfig):
     format_penalty: float = field(
         default=-0.1, metadata={"help": "Reward added to a turn whose response is malformed (should be <= 0)."}
     )
+    invalid_action_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "Reward added to a turn in which the environment reports an action invalid (<= 0). Default: "
+            "format_penalty, as in RAGEN, so that a well-formed answer naming no action never beats trying one; set "
+            "it (e.g. 0) for an environment whose own reward already punishes invalid actions."
+        },
+    )
     action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
     thinking_loss_weight: float = field(
         default=1.0, metadata={"help": "Weight of the loss on thinking tokens (generated up to </think>)."}
@@ -220,6 +228,8 @@ class StarPOConfig(GRPOConfig):
                 "enable thinking or switch the thinking critic off."
             )
         self._apply_preset()
+        if self.invalid_action_penalty is None:
+            self.invalid_action_penalty = self.format_penalty
         if not self.enable_thinking:
             self.thinking_critic = False  # a preset's thinking critic has nothing to score in answer-only turns
         self.max_completion_length = self.max_context_length
@@ -250,8 +260,9 @@ class StarPOConfig(GRPOConfig):
                 f"max_context_length ({self.max_context_length}) must exceed max_tokens_per_turn "
                 f"({self.max_tokens_per_turn}) to leave room for the prompt; raise max_context_length."
             )
-        if self.format_penalty > 0:
-            raise ValueError(f"format_penalty must be <= 0 (a penalty), got {self.format_penalty}.")
+        for name in ("format_penalty", "invalid_action_penalty"):
+            if getattr(self, name) > 0:
+                raise ValueError(f"{name} must be <= 0 (a penalty), got {getattr(self, name)}.")
         if not self.action_separator:
             raise ValueError("action_separator must be a non-empty string, for example '||'.")
         if min(self.thinking_loss_weight, self.action_loss_weight) < 0:

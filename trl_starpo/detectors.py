@@ -5,6 +5,7 @@
 - ``EntropyCollapse``: the policy's entropy left its starting band (collapsed, or blew up).
 - ``GradNormSpike``: the gradient norm jumped far outside its recent range (robust z-score, median / MAD).
 - ``DiversityCollapse``: the batch's thinking became a copy of itself (distinct bigrams).
+- ``AnswerCollapse``: every group's returns are equal and the batch keeps giving one and the same answer.
 
 A detector sees one log entry at a time (``observe(logs)``), so the same code runs on a live run (through
 ``trl_starpo.monitor.EchoTrapCallback``) and on a recorded ``log_history``. Thresholds are tabled in
@@ -263,6 +264,45 @@ class DiversityCollapse(_LevelDetector):
                          min_reference=1e-6, solved_success=solved_success)
 
 
+class AnswerCollapse(Detector):
+    """The batch gives one answer, the same as the batch before, and no group's returns differ: nothing can be learned.
+
+    The echo trap at its end point: RAGEN's reward spread and diversity have collapsed together, and the policy
+    repeats one answer, often one that is not even an action (SmolLM2 on Bandit answered the format placeholder
+    `<answer>your action</answer>` to every task within eight updates). Unlike ``RewardStdCollapse`` it needs no
+    earlier peak, so it also fires on a run that collapsed before its spread was ever measured high.
+
+    Reads ``monitor/top_answer_fraction`` (turns giving the batch's most common answer), with
+    ``monitor/group_return_std_max`` (the largest in-group return std) and ``monitor/top_answer_unchanged`` (1 when
+    that answer is the previous batch's) from the same log entry, all three logged by ``MonitorCallback``. Fires
+    when the fraction is at least ``min_fraction`` (0.9), the spread at most ``max_spread`` (1e-6), the answer
+    unchanged, and ``rollout/success`` below ``solved_success`` (0.9: a solved task also repeats its answer), for
+    ``patience`` (3) observations.
+    """
+
+    name = "answer_collapse"
+
+    def __init__(self, metric: str = "monitor/top_answer_fraction", *, min_fraction: float = 0.9,
+                 max_spread: float = 1e-6, patience: int = 3, solved_success: float | None = 0.9,
+                 spread_metric: str = "monitor/group_return_std_max",
+                 unchanged_metric: str = "monitor/top_answer_unchanged"):
+        super().__init__(metric, window=1, patience=patience)
+        self.min_fraction, self.max_spread, self.solved_success = min_fraction, max_spread, solved_success
+        self.spread_metric, self.unchanged_metric = spread_metric, unchanged_metric
+
+    def _check(self, value, logs):
+        spread, unchanged = _number(logs, self.spread_metric), _number(logs, self.unchanged_metric)
+        success = _number(logs, SUCCESS_METRIC)
+        solved = self.solved_success is not None and success is not None and success >= self.solved_success
+        if spread is None or unchanged is None or solved:
+            return None
+        if value >= self.min_fraction and spread <= self.max_spread and unchanged >= 1.0:
+            return self._signal(value, spread, self.min_fraction,
+                                f"{value:.0%} of the turns give the same answer as the batch before, and no group's "
+                                f"returns differ (largest in-group std {spread:.3g})")
+        return None
+
+
 class GradNormSpike(Detector):
     """The gradient norm jumped far outside its recent range.
 
@@ -319,4 +359,6 @@ class GradNormSpike(Detector):
 
 def default_detectors() -> list[Detector]:
     """One of each detector, with its documented default thresholds."""
-    return [SuccessDrop(), RewardStdCollapse(), EntropyCollapse(), GradNormSpike(), DiversityCollapse()]
+    return [
+        SuccessDrop(), RewardStdCollapse(), EntropyCollapse(), GradNormSpike(), DiversityCollapse(), AnswerCollapse()
+    ]

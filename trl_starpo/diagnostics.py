@@ -1,8 +1,8 @@
 """Batch diagnostics of a StarPO run that the trainer does not log itself, computed from its trajectories.
 
 - ``trajectory_diagnostics(trajectories)``: in-group return spread, per-turn lengths, how diverse the thinking is
-  across the batch (distinct word n-grams), how much one trajectory's turns repeat each other, and how many
-  responses are copies of another.
+  across the batch (distinct word n-grams), how much one trajectory's turns repeat each other, how many
+  responses are copies of another, and how many turns give the batch's most common answer (``top_answer``).
 - ``reasoning_probe(model, trajectories)``: the reasoning-collapse probe after RAGEN-2 (Wang et al. 2026,
   arXiv:2604.06268): does a trajectory's first thinking identify which start state it came from? The policy scores
   every sampled thinking under every sampled start state; the retrieval accuracy and an InfoNCE estimate of the
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from .trajectory import Segment, Trajectory
+from .trajectory import Segment, Trajectory, Turn
 
 PREFIX = "monitor/"
 PROBE_PREFIX = "monitor/probe/"
@@ -79,6 +79,21 @@ def _std(values: Sequence[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
+def answer(turn: Turn) -> str:
+    """What a turn answered: its actions joined by `` || `` when it took any, else its whole response, stripped."""
+    return " || ".join(turn.actions) if turn.actions else turn.response.strip()
+
+
+def top_answer(trajectories: Sequence[Trajectory]) -> tuple[str | None, float]:
+    """The batch's most common answer (see ``answer``) and the fraction of all turns that give it; ``(None, NaN)``
+    without turns. Ties go to the answer seen first."""
+    counts = Counter(answer(turn) for trajectory in trajectories for turn in trajectory.turns)
+    if not counts:
+        return None, float("nan")
+    text, count = counts.most_common(1)[0]
+    return text, count / counts.total()
+
+
 def _turn_lengths(trajectory: Trajectory) -> list[tuple[int, int]]:
     """``(thinking tokens, action tokens)`` of each turn."""
     lengths = []
@@ -118,6 +133,7 @@ def trajectory_diagnostics(trajectories: Sequence[Trajectory]) -> dict[str, floa
             len({turn.response for turn in turns}) / len(turns) if turns else float("nan")
         ),
         f"{PREFIX}thinking_repetition": _mean(repetition),
+        f"{PREFIX}top_answer_fraction": top_answer(trajectories)[1],
     }
 
 

@@ -48,6 +48,7 @@ class RolloutSettings:
     enable_thinking: bool = True
     prefill_opening_tag: bool = True
     format_penalty: float = -0.1
+    invalid_action_penalty: float | None = None  # None: format_penalty
     action_separator: str = "||"
 
     @classmethod
@@ -57,10 +58,16 @@ class RolloutSettings:
 
     @classmethod
     def from_pretrained(cls, path: str | Path | None) -> RolloutSettings:
-        """The settings recorded in ``<path>/starpo_agent.json``, or the defaults when there is none."""
+        """The settings recorded in ``<path>/starpo_agent.json``, or the defaults when there is none.
+
+        An agent recorded before ``invalid_action_penalty`` existed was trained without it, so it plays with 0.
+        """
         info = read_agent_info(path)
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in info.get("rollout", {}).items() if k in known})
+        recorded = info.get("rollout", {})
+        if recorded and "invalid_action_penalty" not in recorded:
+            recorded = {**recorded, "invalid_action_penalty": 0.0}
+        return cls(**{k: v for k, v in recorded.items() if k in known})
 
     def updated(self, **overrides: Any) -> RolloutSettings:
         """A copy with the given fields replaced; ``None`` values are ignored."""

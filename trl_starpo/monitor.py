@@ -6,7 +6,8 @@ spread, entropy and diversity fall and the gradient norm spikes on the way. This
 - ``MonitorCallback``: logs the ``monitor/*`` statistics of every batch of trajectories and, every few batches, the
   reasoning-collapse probe ``monitor/probe/*`` (see ``trl_starpo.diagnostics``), beside what the trainer logs.
 - Detectors (``trl_starpo.detectors``: ``SuccessDrop``, ``RewardStdCollapse``, ``EntropyCollapse``,
-  ``GradNormSpike``, ``DiversityCollapse``): each reads one logged metric stream and fires on its threshold.
+  ``GradNormSpike``, ``DiversityCollapse``, ``AnswerCollapse``): each reads one logged metric stream and fires on
+  its threshold.
 - ``EchoTrapCallback``: feeds every log entry to the detectors and acts on a detection: ``"warn"``, ``"stop"``
   training, or ``"rollback"``: restore the best checkpoint so far (by smoothed success), scale the learning rate
   down, and go on. Its state is saved as ``echo_trap_state.json`` in every checkpoint and restored on resume.
@@ -42,6 +43,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .detectors import (
     SUCCESS_METRIC,
+    AnswerCollapse,
     DiversityCollapse,
     Detector,
     EntropyCollapse,
@@ -53,7 +55,7 @@ from .detectors import (
     _number,
     default_detectors,
 )
-from .diagnostics import reasoning_probe, trajectory_diagnostics
+from .diagnostics import PREFIX, reasoning_probe, top_answer, trajectory_diagnostics
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ ACTIONS = ("warn", "stop", "rollback")
 __all__ = [
     "ACTIONS",
     "STATE_FILE",
+    "AnswerCollapse",
     "Detector",
     "DiversityCollapse",
     "EchoTrapCallback",
@@ -86,7 +89,8 @@ class MonitorCallback(TrainerCallback):
 
     After every optimizer step whose batch of trajectories is new (``trainer.last_trajectories``, gathered from all
     processes), ``trajectory_diagnostics`` is appended to the trainer's metrics, so it is logged with the same
-    step's ``rollout/*`` metrics. Every ``probe_every`` batches (0: never), ``reasoning_probe`` runs on up to
+    step's ``rollout/*`` metrics, with ``monitor/top_answer_unchanged``: 1 when the batch's most common answer is
+    the previous batch's, else 0. Every ``probe_every`` batches (0: never), ``reasoning_probe`` runs on up to
     ``probe_size`` start states of this process's trajectories.
 
     Args:
@@ -101,6 +105,7 @@ class MonitorCallback(TrainerCallback):
         self.probe_size = probe_size
         self.batches = 0
         self._seen = trainer.last_trajectories
+        self._top_answer: str | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
@@ -114,6 +119,9 @@ class MonitorCallback(TrainerCallback):
 
             trajectories = gather_object(trajectories)
         metrics = trajectory_diagnostics(trajectories)
+        answer, _ = top_answer(trajectories)
+        metrics[f"{PREFIX}top_answer_unchanged"] = float(answer is not None and answer == self._top_answer)
+        self._top_answer = answer
         if self.probe_every and self.batches % self.probe_every == 0:
             model = trainer.accelerator.unwrap_model(trainer.model)
             metrics.update(reasoning_probe(model, local, size=self.probe_size,

@@ -209,6 +209,9 @@ class ExpertSFTConfig(SFTConfig):
     enable_thinking: bool = field(default=True, metadata={"help": "Demonstrate <think>…</think> before the answer."})
     prefill_opening_tag: bool = field(default=True, metadata={"help": "The opening tag is a prompt token."})
     format_penalty: float = field(default=-0.1, metadata={"help": "As in the StarPO run (recorded for evaluation)."})
+    invalid_action_penalty: float | None = field(
+        default=None, metadata={"help": "As in the StarPO run (recorded for evaluation); default: format_penalty."}
+    )
     action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
 
     def __post_init__(self):

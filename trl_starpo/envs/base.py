@@ -32,6 +32,13 @@ class Environment(Protocol):
     and may carry ``state_key`` (str): a key of the state the step led to, equal for equal states, for when the
     observation text can differ while the state does not (GiGPO groups turns by their start state).
 
+    An optional attribute (or property, read after ``reset``) shows the agent what an answer looks like:
+
+    - ``example_action: str``: one action that is valid in the episode's start state. The rollout collector's format
+      instructions show it as their example answer (``<answer>Up</answer>``); without it they show the format with
+      an empty answer. Never a placeholder such as ``"your action"``: a model copies the example, and copying it
+      should at least act.
+
     Three optional methods give baselines, prompts and warm starts something to work with; the evaluation and SFT
     tools use them when an environment has them:
 

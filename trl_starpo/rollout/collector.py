@@ -16,7 +16,15 @@ from typing import Any, Sequence
 from ..envs import Environment
 from ..trajectory import Segment, Trajectory, Turn
 from .generation import GenerationBackend
-from .parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_OPEN, ParsedResponse, format_instructions, parse_response
+from .parsing import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    THINK_OPEN,
+    ParsedResponse,
+    format_instructions,
+    parse_response,
+    response_shape,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +118,9 @@ class RolloutCollector:
         max_tokens_per_turn: New tokens per response.
         max_context_length: Tokens per trajectory, prompt included (``"context"``).
         format_penalty: Added to a turn's reward when its response is malformed.
+        invalid_action_penalty: Added (once) to a turn's reward when the environment reports an action of it invalid
+            (``info["action_is_valid"]`` False); ``None`` means ``format_penalty``, as in RAGEN, so that a
+            well-formed answer naming no action never beats trying one.
         action_separator: Separator between actions in one answer.
         prefill_opening_tag: Start every response with ``<think>`` (``<answer>`` without thinking) as template
             tokens, so the model continues inside the format; small models rarely open it on their own.
@@ -126,6 +137,7 @@ class RolloutCollector:
         max_tokens_per_turn: int = 128,
         max_context_length: int = 2048,
         format_penalty: float = -0.1,
+        invalid_action_penalty: float | None = None,
         action_separator: str = "||",
         prefill_opening_tag: bool = True,
     ):
@@ -137,6 +149,7 @@ class RolloutCollector:
         self.max_tokens_per_turn = max_tokens_per_turn
         self.max_context_length = max_context_length
         self.format_penalty = format_penalty
+        self.invalid_action_penalty = format_penalty if invalid_action_penalty is None else invalid_action_penalty
         self.action_separator = action_separator
         self.glue = ChatGlue.from_tokenizer(tokenizer)
         self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
@@ -211,6 +224,7 @@ class RolloutCollector:
             enable_thinking=self.enable_thinking,
             max_actions=self.max_actions_per_turn,
             separator=self.action_separator,
+            example_action=getattr(env, "example_action", None),
         )
         messages = [
             {"role": "system", "content": f"{env.system_prompt}\n{instructions}".strip()},
@@ -309,20 +323,22 @@ class RolloutCollector:
     def _step_actions(
         self, trajectory: Trajectory, env: Environment, turn: Turn, actions: list[str], used: list[int], index: int
     ) -> str:
-        observation = ""
+        observation, invalid = "", False
         for action in actions:
             if used[index] >= self.max_actions_per_trajectory:
                 trajectory.truncation = "action_budget"
                 break
             used[index] += 1
+            valid_before = turn.num_valid_actions
             observation, episode_over = step_action(trajectory, env, turn, action)
+            invalid |= trajectory.env_error is None and turn.num_valid_actions == valid_before
             if episode_over:
                 break
+        if invalid:
+            turn.reward += self.invalid_action_penalty
         if not trajectory.done and used[index] >= self.max_actions_per_trajectory:
             trajectory.truncation = "action_budget"
         return observation
 
     def _format_hint(self) -> str:
-        if self.enable_thinking:
-            return "Reply as <think>...</think><answer>...</answer>."
-        return "Reply as <answer>...</answer>."
+        return f"Reply in the format {response_shape(self.enable_thinking)}, with your action inside the answer tags."

@@ -1,9 +1,12 @@
 """Generation backends: given the token contexts of the active trajectories, sample each one's next turn.
 
 A backend is any object with ``generate(contexts, max_new_tokens) -> dict`` mapping trajectory index to the new
-token ids (ending with an end-of-turn token unless the budget ran out). Contexts are keyed by trajectory index so
-that a backend may keep per-trajectory state, such as a KV cache, across the turns of one collection; ``reset()``
-is called before each collection.
+token ids: exactly the tokens sampled for that trajectory, ending with the one that stopped it (an end-of-turn token,
+or the end of a stop string) unless the budget ran out, and never the padding a batched decode feeds a row that
+stopped early, since every returned token is trained as the model's own. A backend that knows the sampling
+log-probabilities exposes them as ``last_logprobs`` (key to one float per returned token). Contexts are keyed by
+trajectory index so that a backend may keep per-trajectory state, such as a KV cache, across the turns of one
+collection; ``reset()`` is called before each collection.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class TransformersGenerator:
             generation_config=self.generation_config,
         )
         new_tokens = output[:, width:].tolist()
+        # model.generate stops a row only at an end-of-turn token (it has no tokenizer for stop strings, and refuses
+        # a generation config that names some) or at the budget, so all padding follows an end-of-turn token.
         return {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(keys, new_tokens)}
 
 
@@ -93,7 +98,8 @@ class CachedTransformersGenerator:
     Decoding is a token-by-token loop honouring ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
     ``repetition_penalty`` and ``min_new_tokens`` of the generation config; other logits processors are not
     applied. A row stops at an end-of-turn token, once its new tokens contain one of ``stop_strings``, or after
-    ``max_new_tokens``; a row that stopped is fed masked-out padding until the whole batch is done.
+    ``max_new_tokens``; a row that stopped is fed masked-out padding until the whole batch is done, and that padding
+    is never returned: each row's response is exactly the tokens sampled for it, up to and including its stop.
 
     Padding inside the sequence shifts cache slots against positions, so models with sliding-window attention
     (which windows over slots) are only exact while no padding falls inside a window; full-attention models are exact.
@@ -143,10 +149,11 @@ class CachedTransformersGenerator:
 
     @torch.no_grad()
     def generate(self, contexts: dict[int, list[int]], max_new_tokens: int) -> dict[int, list[int]]:
-        """Sample the next turn of every context; returns each key's new tokens, cut after the first end-of-turn.
+        """Sample the next turn of every context; returns each key's sampled tokens, up to and including the one that
+        stopped it (an end-of-turn token, or the token completing a stop string), or ``max_new_tokens`` of them.
 
         ``last_logprobs`` then holds, per key, the log-probability of each returned token under the distribution it
-        was sampled from (after temperature, top-k / top-p and the other processors).
+        was sampled from (after temperature, top-k / top-p and the other processors), one per token.
         """
         self.last_logprobs = {}
         if not contexts or max_new_tokens < 1:
@@ -161,9 +168,8 @@ class CachedTransformersGenerator:
         except BaseException:
             self.reset()  # the cache may hold tokens that were never recorded
             raise
-        responses = {key: cut_at_eos(tokens, self.eos_token_ids) for key, tokens in zip(self._keys, new_tokens)}
-        self.last_logprobs = {key: row[: len(responses[key])] for key, row in zip(self._keys, logprobs)}
-        return responses
+        self.last_logprobs = dict(zip(self._keys, logprobs))
+        return dict(zip(self._keys, new_tokens))
 
     def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
         """Keep the cache rows of ``contexts``, in their order, and return what each context adds to its row.
@@ -187,8 +193,8 @@ class CachedTransformersGenerator:
         return suffixes
 
     def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
-        """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row (padding after a stop);
-        returns the tokens and their sampling log-probs."""
+        """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row; returns each row's sampled
+        tokens (through its stop, without the padding fed to it afterwards) and their sampling log-probs."""
         device = self.model.device
         width = max(len(suffix) for suffix in suffixes)
         chunk = torch.full((len(suffixes), width), self.pad_token_id, dtype=torch.long)
@@ -214,6 +220,7 @@ class CachedTransformersGenerator:
         eos = torch.tensor(self.eos_token_ids, device=device)
         lengths = mask.sum(dim=1)
         finished = torch.zeros(len(suffixes), dtype=torch.bool, device=device)
+        num_sampled = torch.zeros(len(suffixes), dtype=torch.long, device=device)
         sampled, sampled_logprobs = [], []
         for step in range(max_new_tokens):
             # Repeating a row's last token over its padding keeps the padding out of the repetition penalty.
@@ -223,6 +230,7 @@ class CachedTransformersGenerator:
             sampled.append(next_tokens)
             sampled_logprobs.append(scores.log_softmax(dim=-1).gather(1, next_tokens[:, None]).squeeze(1))
             real = ~finished
+            num_sampled += real
             finished = finished | torch.isin(next_tokens, eos)
             if self.stop_strings:
                 finished = finished | self._stopped(sampled, real)
@@ -233,7 +241,10 @@ class CachedTransformersGenerator:
             logits = self._forward(next_tokens[:, None], mask, lengths[:, None])
             lengths = lengths + real
         self._ids, self._mask = ids, mask
-        return torch.stack(sampled, dim=1).tolist(), torch.stack(sampled_logprobs, dim=1).tolist()
+        counts = num_sampled.tolist()
+        tokens = [row[:n] for row, n in zip(torch.stack(sampled, dim=1).tolist(), counts)]
+        logprobs = [row[:n] for row, n in zip(torch.stack(sampled_logprobs, dim=1).tolist(), counts)]
+        return tokens, logprobs
 
     def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Run ``input_ids`` through the model on top of the cache; returns the last position's logits in float32."""

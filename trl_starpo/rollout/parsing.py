@@ -98,13 +98,32 @@ def _diagnose(text: str, enable_thinking: bool) -> str:
     return "text outside the tags or tags out of order"
 
 
-def format_instructions(action_description: str, *, enable_thinking: bool, max_actions: int, separator: str) -> str:
-    """The response-format paragraph appended to every environment's system prompt."""
-    if enable_thinking:
-        shape = "<think>your reasoning</think><answer>your action</answer>"
-    else:
-        shape = "<answer>your action</answer>"
-    text = f"Always reply in the format {shape}. Valid actions: {action_description}."
+def response_shape(enable_thinking: bool) -> str:
+    """The response format with an empty answer: an example that is never a well-formed answer itself, so copying it
+    earns the format penalty rather than passing for an action."""
+    return f"{THINK_OPEN}your reasoning{THINK_CLOSE}{ANSWER_OPEN}{ANSWER_CLOSE}" if enable_thinking else (
+        f"{ANSWER_OPEN}{ANSWER_CLOSE}"
+    )
+
+
+def format_instructions(
+    action_description: str,
+    *,
+    enable_thinking: bool,
+    max_actions: int,
+    separator: str,
+    example_action: str | None = None,
+) -> str:
+    """The response-format paragraph appended to every environment's system prompt.
+
+    Its only filled-in answer is ``example_action``, a real action of the environment (see the ``Environment``
+    protocol), when there is one: a placeholder such as ``<answer>your action</answer>`` would be a well-formed answer
+    naming no action, which a model learns to copy.
+    """
+    text = f"Always reply in the format {response_shape(enable_thinking)}, with your action inside the answer tags"
+    if example_action:
+        text += f", for example {ANSWER_OPEN}{example_action}{ANSWER_CLOSE}"
+    text += f". Valid actions: {action_description}."
     if max_actions > 1:
         text += f" You may give up to {max_actions} actions in one answer, separated by '{separator}'."
     return text

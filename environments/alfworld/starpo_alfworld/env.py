@@ -33,8 +33,7 @@ SYSTEM_PROMPT = (
     "  heat {obj} with {microwave}   cool {obj} with {fridge}   clean {obj} with {sinkbasin}\n"
     "  use {lamp}                    turn a lamp on\n"
     "  examine {obj or recep}        inventory        look\n"
-    "A command that cannot be done here gives 'Nothing happens.' Answer with exactly one command inside "
-    "<answer>...</answer>, for example <answer>go to countertop 1</answer>."
+    "A command that cannot be done here gives 'Nothing happens.' Answer with exactly one command."
 )
 
 _SPACES = re.compile(r"\s+")
@@ -87,6 +86,7 @@ class AlfWorldEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = ACTION_DESCRIPTION
+    example_action = "look"  # admissible in every state
 
     def __init__(self, max_steps: int = 50, show_admissible: bool = False, expert: bool = False,
                  cache_dir: str | Path | None = None):

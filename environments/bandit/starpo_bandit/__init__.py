@@ -107,6 +107,7 @@ class BanditEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = "The name of one arm, or its number (1 or 2)"
+    example_action = "1"  # valid in every task; which arm it pulls is drawn per task
 
     def __init__(
         self,

@@ -285,6 +285,8 @@ class CountdownEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = "One arithmetic expression using each given number exactly once, e.g. (44 + 19) - 35"
+    # A valid expression that (in general) uses other numbers: copying it acts, and pays 0.
+    example_action = "(44 + 19) - 35"
 
     def __init__(self, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 100, max_target: int = 1000):
         self.generator_params = {

@@ -93,6 +93,7 @@ class FrozenLakeEnv(TextEnvironment):
     """
 
     action_description = ", ".join(ACTIONS)
+    example_action = "Left"
 
     def __init__(self, size: int = 4, p: float = 0.8, is_slippery: bool = True, max_steps: int = 100):
         self.size = size

@@ -237,6 +237,7 @@ class HotpotQAEnv(TextEnvironment):
     """
 
     action_description = ACTION_DESCRIPTION
+    example_action = "search[Orvan Teleski]"  # the instructions' own example; any search is a valid action
 
     def __init__(
         self,

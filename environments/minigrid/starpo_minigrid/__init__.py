@@ -93,6 +93,7 @@ class MiniGridTextEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = ", ".join(ACTIONS)
+    example_action = "go forward"
 
     def __init__(self, env_ids: str | Sequence[str] = ENV_IDS, max_steps: int | None = None):
         if isinstance(env_ids, str):

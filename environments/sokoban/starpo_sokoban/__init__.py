@@ -306,6 +306,7 @@ class SokobanEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = ", ".join(ACTIONS)
+    example_action = "Up"
 
     def __init__(
         self,

@@ -48,6 +48,8 @@ SYSTEM_PROMPT = (
     "On a product page, click each option value the instruction asks for before you click Buy Now."
 )
 ACTION_DESCRIPTION = "search[query] on the search page, or click[button] with a button, product id or option shown"
+EXAMPLE_ACTION = "search[red running shoes]"
+"""Valid where every episode starts: on the search page, where any non-empty search is."""
 
 _ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]", re.IGNORECASE | re.DOTALL)
 
@@ -105,6 +107,7 @@ class WebShopEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = ACTION_DESCRIPTION
+    example_action = EXAMPLE_ACTION
 
     def __init__(self, catalog: str | Catalog | None = None, max_steps: int = 15):
         self.catalog = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)

@@ -22,7 +22,7 @@ from urllib.request import urlopen
 
 from trl_starpo.envs import TextEnvironment
 
-from .env import ACTION_DESCRIPTION, SYSTEM_PROMPT, parse_action
+from .env import ACTION_DESCRIPTION, EXAMPLE_ACTION, SYSTEM_PROMPT, parse_action
 from .goals import search_query
 from .pages import SEP
 
@@ -93,6 +93,7 @@ class WebShopServerEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = ACTION_DESCRIPTION
+    example_action = EXAMPLE_ACTION
 
     def __init__(self, base_url: str = "http://127.0.0.1:3000", max_steps: int = 15, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
