@@ -149,7 +149,8 @@ def test_the_pointer_names_only_the_stores_own_versions(tmp_path, pointer, capsy
     store.add([make_trajectory(1)], step=2)
     other = store.save(tmp_path / "other")  # a readable store outside the folder: it must not be loaded
     (tmp_path / "s" / POINTER).write_text(pointer.format(absolute=other))
-    with pytest.raises(ValueError, match=f"not the name of one of the store's versions .* Versions in .*: {version.name}"):
+    expected = f"not the name of one of the store's versions .* Versions in .*: {version.name}"
+    with pytest.raises(ValueError, match=expected):
         TrajectoryStore.load(tmp_path / "s")
     assert main(["html", str(tmp_path / "s"), "--output", str(tmp_path / "page.html")]) == 2
     assert not (tmp_path / "page.html").exists()
