@@ -200,13 +200,12 @@ class RolloutCollector:
                 i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i))
                 for i, ids in responses.items()
             }
-            acting = [i for i, (turn, _, _) in played.items() if turn.format_ok]
-            steps = [
-                partial(self._step_actions, trajectories[i], environments[i], turn, actions, actions_used, i)
+            steps = {
+                i: partial(self._step_actions, trajectories[i], environments[i], turn, actions, actions_used, i)
                 for i, (turn, actions, _) in played.items()
                 if turn.format_ok
-            ]
-            observations = dict(zip(acting, run_side_by_side(steps, self.env_timeout is not None)))
+            }
+            observations = dict(zip(steps, run_side_by_side(list(steps.values()), self.env_timeout is not None)))
             for i, (turn, _, ended) in played.items():
                 if not turn.format_ok:
                     observations[i] = f"Invalid response ({turn.format_error}). {self._format_hint()}\n"
