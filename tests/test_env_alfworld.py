@@ -20,6 +20,7 @@ from starpo_alfworld import (  # noqa: E402
     load_tasks,
     official_tasks,
 )
+from starpo_alfworld.games import checked_generated_task  # noqa: E402
 from starpo_alfworld.generator import pddl_sha256, split_scenes  # noqa: E402
 from starpo_alfworld.pddl import mangle, problem_text  # noqa: E402
 from starpo_alfworld.world import held_out_scenes  # noqa: E402
@@ -352,3 +353,31 @@ def test_alfworld_generate_turns_our_files_into_the_same_game(splits, cache, tmp
     mine = json.loads(ours.read_text())
     assert theirs["solvable"] and theirs["walkthrough"] == mine["walkthrough"] == row["expert_plan"]
     assert theirs["pddl_problem"] == mine["pddl_problem"] and theirs["pddl_domain"] == mine["pddl_domain"]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"pddl_params": {"object_target": "../../../../out", "parent_target": "Desk"}}, r"pddl_params\['object_target'\]"),
+        ({"pddl_params": {"object_target": "Apple", "parent_target": "/tmp/abs"}}, r"pddl_params\['parent_target'\]"),
+        ({"pddl_params": "../x"}, "pddl_params must be a mapping"),
+        ({"task_type": "../../escaped"}, "task_type must be one of"),
+        ({"scene": "FloorPlan1/../../x"}, "scene must be an ALFWorld floor plan"),
+        ({"scene": "FloorPlan99999"}, "scene must be an ALFWorld floor plan"),
+        ({"seed": -1}, "seed must be a non-negative integer"),
+        ({"seed": "1/../../x"}, "seed must be a non-negative integer"),
+        ({"game_file": "/etc/passwd"}, "game_file must be a game.tw-pddl file"),
+    ],
+)
+def test_task_rows_cannot_name_files_outside_the_cache(task, tmp_path, change, message):
+    cache = tmp_path / "a" / "b" / "cache"
+    with pytest.raises(ValueError, match=message):
+        game_file({**task, **change}, cache)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) in ([], ["a", "a/b"]), \
+        "nothing may be written outside the cache"
+
+
+def test_every_shipped_row_passes_the_task_checks(splits):
+    for rows in splits.values():
+        for row in rows:
+            assert checked_generated_task(row) == (row["seed"], int(row["scene"].removeprefix("FloorPlan")))

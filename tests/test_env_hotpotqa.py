@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import time
 
 import datasets
 import pytest
@@ -208,6 +209,22 @@ def test_invalid_actions_score_nothing_and_change_nothing(action):
     assert (reward, terminated, truncated) == (0.0, False, False)
     assert not info["action_is_valid"] and not info["action_is_effective"]
     assert env.step("lookup[Kessova]")[0] == f"(Result 1 / 2) {TELESKI[1]}"  # still on the same page
+
+
+@pytest.mark.timeout(60)
+def test_long_arguments_cost_time_and_text_bounded_by_a_cap():
+    # Before the cap, similar-title search ran rapidfuzz over every title with the whole argument: a 1 MB search
+    # took minutes, and the observation repeated all of it.
+    titles = {f"Fictional page number {i} about {word}": ["A sentence."] for i, word in enumerate(["Karvia"] * 3000)}
+    env = HotpotQAEnv(corpus=Corpus(titles))
+    env.reset(options={"task": TASK})
+    entity = "Karvia page " * 90_000  # about 1 MB
+    started = time.monotonic()
+    observation = env.step(f"search[{entity}]")[0]
+    assert time.monotonic() - started < 20
+    assert observation.startswith("Could not find " + entity[:256] + "…. Similar: ['Fictional page number")
+    observation = env.step("jump " * 200_000)[0]
+    assert len(observation) < 300 and observation.startswith("Invalid action: jump jump")
 
 
 def test_think_is_answered_and_every_action_counts_towards_truncation():

@@ -267,3 +267,17 @@ def test_shipped_splits_are_balanced_and_disjoint_in_seeds(splits):
             env.reset(options={"task": task})  # checks the recorded mission
             assert env.engine.max_steps == task["max_steps"] and 0 < task["expert_steps"] < task["max_steps"]
     assert splits["test"][12]["task_id"] == "minigrid-test-00012"
+
+
+@pytest.mark.parametrize("env_id", ["this:Foo-v0", "this:BabyAI-GoToLocal-v0", "BabyAI-NoSuchLevel-v0", "CartPole-v1", 3])
+def test_a_task_row_names_only_registered_levels_and_imports_nothing(env_id):
+    import sys
+
+    sys.modules.pop("this", None)
+    env = MiniGridTextEnv()
+    task = {"task_id": "hostile", "env_id": env_id, "seed": 0}
+    with pytest.raises(ValueError, match="minigrid level|not a MiniGrid or BabyAI level"):
+        env.reset(options={"task": task})
+    assert "this" not in sys.modules  # gymnasium imports the module part of "module:Level-v0"
+    with pytest.raises(ValueError, match="minigrid level"):
+        MiniGridTextEnv(env_ids=["this:Foo-v0"])

@@ -1,6 +1,8 @@
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trl_starpo.rollout.parsing import (
     format_instructions,
@@ -118,3 +120,51 @@ def test_format_instructions_answer_only_with_the_example_action(enable_thinking
     shown = format_instructions("Up, Down", enable_thinking=enable_thinking, max_actions=1, separator="||",
                                 example_action="Up")
     assert well_formed_answers(shown) == ["Up"] and "for example <answer>Up</answer>" in shown
+
+
+# The parser before it became linear: two backtracking regexes, quadratic on inputs such as "<think>" followed by
+# "</think><answer>" repeated. The linear parser must accept exactly what they accepted, with the same errors.
+_REFERENCE = {
+    True: re.compile(r"\s*<think>(?P<thinking>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL),
+    False: re.compile(r"\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL),
+}
+
+
+def reference_parse(text, enable_thinking, max_actions, separator="||"):
+    from trl_starpo.rollout.parsing import _diagnose
+
+    match = _REFERENCE[enable_thinking].fullmatch(text)
+    if match is None:
+        return None, [], False, _diagnose(text, enable_thinking)
+    thinking = match.group("thinking").strip() if enable_thinking else None
+    # (The old code searched answer + thinking as one string, so a tag could straddle the two: "<" + "think>".)
+    inner = [match.group("answer")] + ([match.group("thinking")] if enable_thinking else [])
+    if any(re.search(r"</?(think|answer)>", part) for part in inner):
+        return None, [], False, "nested or repeated tags"
+    actions = split_actions(match.group("answer"), separator)
+    if not actions:
+        return thinking, [], False, "empty answer"
+    return thinking, actions[:max_actions], True, None
+
+
+PIECES = ["<think>", "</think>", "<answer>", "</answer>", " ", "\n", "\t", "a", "Up", "||", "<", ">", "/", "think"]
+_FILL = st.lists(st.sampled_from(PIECES), max_size=3).map("".join)
+_SKELETONS = [["<think>", "</think>", "<answer>", "</answer>"], ["<answer>", "</answer>"]]
+
+
+@st.composite
+def responses(draw):
+    """Random pieces, or a well-formed skeleton with random pieces between and around its tags (near misses)."""
+    if draw(st.booleans()):
+        return "".join(draw(st.lists(st.sampled_from(PIECES), max_size=12)))
+    skeleton = draw(st.sampled_from(_SKELETONS))
+    return draw(_FILL) + "".join(tag + draw(_FILL) for tag in skeleton)
+
+
+@settings(max_examples=800, database=None, deadline=None)
+@given(text=responses(), enable_thinking=st.booleans(), max_actions=st.integers(1, 3))
+def test_the_linear_parser_accepts_what_the_regexes_accepted(text, enable_thinking, max_actions):
+    parsed = parse_response(text, enable_thinking=enable_thinking, max_actions=max_actions)
+    assert (parsed.thinking, parsed.actions, parsed.format_ok, parsed.error) == reference_parse(
+        text, enable_thinking, max_actions
+    )

@@ -74,3 +74,74 @@ def test_task_splits_round_trip_through_jsonl(tmp_path):
     assert isinstance(test, Dataset) and test["seed"] == [3, 4]
     with pytest.raises(ValueError, match="Unknown split 'dev'"):
         load_task_dataset(tmp_path, "dev")
+
+
+FUNCTION_PACKAGE = '''
+from trl_starpo.envs import TextEnvironment, load_task_dataset
+from pathlib import Path
+
+
+class Echo(TextEnvironment):
+    system_prompt = "Say anything."
+    action_description = "any text"
+
+    def __init__(self, greeting="hello"):
+        self.greeting = greeting
+
+    def reset(self, *, seed=None, options=None):
+        return self.greeting, {}
+
+    def step(self, action):
+        return action, 1.0, True, False, self.step_info(valid=True, effective=True, success=True)
+
+
+def make_echo(**kwargs):
+    return Echo(**kwargs)
+
+
+def load_tasks(split=None, source=None):
+    return load_task_dataset(Path(__file__).with_name("starpo_fnecho_data"), split, source)
+'''
+
+
+@pytest.fixture
+def function_entry_points(tmp_path):
+    """Environments registered as ``module:function``, ``module:Class`` and a function whose module has no tasks."""
+    import sys
+
+    from trl_starpo.envs import registry
+
+    (tmp_path / "starpo_fnecho.py").write_text(FUNCTION_PACKAGE)
+    (tmp_path / "starpo_notasks.py").write_text("from starpo_fnecho import Echo\n\ndef build():\n    return Echo()\n")
+    for split in ("train", "validation", "test"):
+        write_task_split(tmp_path / "starpo_fnecho_data", split, [{"task_id": f"{split}-0", "seed": 0}])
+    info = tmp_path / "starpo_fnecho-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: starpo-fnecho\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text(
+        "[trl_starpo.environments]\nfnecho = starpo_fnecho:make_echo\nclassecho = starpo_fnecho:Echo\n"
+        "notasks = starpo_notasks:build\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    registry._entry_points.cache_clear()
+    yield
+    sys.path.remove(str(tmp_path))
+    for module in ("starpo_fnecho", "starpo_notasks"):
+        sys.modules.pop(module, None)
+    registry._entry_points.cache_clear()
+
+
+def test_an_entry_point_may_name_a_function_or_a_class(function_entry_points, capsys):
+    from trl_starpo.cli import main
+
+    assert {"fnecho", "classecho", "notasks"} <= set(trl_starpo.list_environments())
+    for name in ("fnecho", "classecho"):
+        env = trl_starpo.load_environment(name, greeting="hi")
+        assert env.reset(seed=0)[0] == "hi" and isinstance(env, Environment)
+        assert trl_starpo.load_tasks(name, "validation")["task_id"] == ["validation-0"]
+    with pytest.raises(ValueError, match=r"Environment 'notasks' \(starpo_notasks:build\) provides no load_tasks\(\)"):
+        trl_starpo.load_tasks("notasks")
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split() == ["fnecho", "train=1,", "validation=1,", "test=1"] for line in lines), lines
+    assert any(line.startswith("notasks") and "provides no load_tasks()" in line for line in lines), lines

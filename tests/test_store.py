@@ -139,6 +139,38 @@ def test_saves_replace_versions_and_loading_errors(tmp_path):
         TrajectoryStore.load(tmp_path / "missing")
 
 
+@pytest.mark.parametrize("pointer", ["../other", "{absolute}", "", "  \n", "v-000001/../../other", "store.json"])
+def test_the_pointer_names_only_the_stores_own_versions(tmp_path, pointer, capsys):
+    from trl_starpo.cli import main
+
+    store = TrajectoryStore()
+    store.add([make_trajectory(0)], step=1)
+    version = store.save(tmp_path / "s")
+    store.add([make_trajectory(1)], step=2)
+    other = store.save(tmp_path / "other")  # a readable store outside the folder: it must not be loaded
+    (tmp_path / "s" / POINTER).write_text(pointer.format(absolute=other))
+    expected = f"not the name of one of the store's versions .* Versions in .*: {version.name}"
+    with pytest.raises(ValueError, match=expected):
+        TrajectoryStore.load(tmp_path / "s")
+    assert main(["html", str(tmp_path / "s"), "--output", str(tmp_path / "page.html")]) == 2
+    assert not (tmp_path / "page.html").exists()
+    assert "not the name of one of the store's versions" in capsys.readouterr().err
+
+
+def test_a_version_folder_that_leads_outside_is_refused(tmp_path):
+    store = TrajectoryStore()
+    store.add([make_trajectory(0)], step=1)
+    outside = store.save(tmp_path / "other")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "v-000007").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "s" / POINTER).write_text("v-000007\n")
+    with pytest.raises(FileNotFoundError, match="not a version folder in"):
+        TrajectoryStore.load(tmp_path / "s")
+    (tmp_path / "s" / POINTER).write_text("v-000008\n")
+    with pytest.raises(FileNotFoundError, match="names v-000008, which is not a version folder"):
+        TrajectoryStore.load(tmp_path / "s")
+
+
 CHILD = textwrap.dedent(
     """
     import sys, time

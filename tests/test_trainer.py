@@ -90,6 +90,49 @@ def test_environment_instance_is_refused_with_advice(tmp_path, tiny_model_dir):
         StarPOTrainer(tiny_model_dir, environment=CounterEnv(), args=make_args(tmp_path), train_dataset=counter_tasks())
 
 
+def _no_model_loading(self, *args, **kwargs):
+    raise AssertionError("GRPOTrainer.__init__ (which loads the model) ran before the environment was checked")
+
+
+def test_an_environment_kwargs_typo_fails_before_the_model_loads(tmp_path, monkeypatch):
+    from trl import GRPOTrainer
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", _no_model_loading)
+    args = make_args(tmp_path, environment_kwargs={"high_probabilty": 0.5})
+    with pytest.raises(TypeError, match="high_probabilty"):
+        StarPOTrainer("no/model-needed", environment="bandit", args=args)
+
+
+def test_an_environment_without_prompts_is_refused_with_what_to_add(tmp_path, monkeypatch):
+    from trl import GRPOTrainer
+
+    class GymnasiumStyle:
+        def reset(self, *, seed=None, options=None):
+            return "start", {}
+
+        def step(self, action):
+            return "next", 0.0, False, False, {}
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", _no_model_loading)
+    args, tasks = make_args(tmp_path), counter_tasks()
+    with pytest.raises(TypeError, match="GymnasiumStyle lacks system_prompt, action_description .* Add string attributes"):
+        StarPOTrainer("no/model-needed", environment=GymnasiumStyle, args=args, train_dataset=tasks)
+
+
+def test_the_environment_built_at_construction_is_the_first_one_played(tmp_path, tiny_model_dir):
+    built = []
+
+    def factory():
+        built.append(CounterEnv())
+        return built[-1]
+
+    trainer = StarPOTrainer(tiny_model_dir, environment=factory, args=make_args(tmp_path), train_dataset=counter_tasks())
+    assert len(built) == 1
+    trajectories = trainer.collect_trajectories([dict(trainer.train_dataset[0])] * 4, [0] * 4)
+    assert len(trajectories) == 4 and len(built) == 4
+    assert trainer.environment_pool.take(4) == built
+
+
 @pytest.mark.parametrize("thinking_weight", [1.0, 0.0])
 def test_only_model_tokens_receive_gradient(tmp_path, tiny_model_dir, thinking_weight):
     args = make_args(tmp_path, thinking_loss_weight=thinking_weight)

@@ -278,7 +278,7 @@ def _html(args: argparse.Namespace) -> int:
 
     try:
         store = TrajectoryStore.load(args.trajectories)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:  # no store, or a damaged one
         raise CommandError(str(error)) from None
     path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title)
     print(path)

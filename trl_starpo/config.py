@@ -12,6 +12,7 @@ from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
 from .presets import PRESETS
+from .rollout.env_calls import check_env_timeout
 
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
@@ -220,6 +221,14 @@ class StarPOConfig(GRPOConfig):
     environment_kwargs: dict | str | None = field(
         default=None, metadata={"help": "Keyword arguments for the environment's `load_environment`."}
     )
+    env_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "Seconds one environment reset or step may take; a call that takes longer ends its trajectory "
+            "as 'env_timeout' and its environment is replaced. A turn's steps then run in the batch's environments "
+            "side by side, in worker threads. None: no limit, steps run one after the other."
+        },
+    )
 
     def __post_init__(self):
         if self.thinking_critic and not self.enable_thinking:
@@ -265,6 +274,7 @@ class StarPOConfig(GRPOConfig):
                 raise ValueError(f"{name} must be <= 0 (a penalty), got {getattr(self, name)}.")
         if not self.action_separator:
             raise ValueError("action_separator must be a non-empty string, for example '||'.")
+        check_env_timeout(self.env_timeout)
         if min(self.thinking_loss_weight, self.action_loss_weight) < 0:
             raise ValueError("thinking_loss_weight and action_loss_weight must be >= 0.")
         if self.thinking_loss_weight == 0 and self.action_loss_weight == 0:

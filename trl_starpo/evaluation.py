@@ -50,6 +50,7 @@ class RolloutSettings:
     format_penalty: float = -0.1
     invalid_action_penalty: float | None = None  # None: format_penalty
     action_separator: str = "||"
+    env_timeout: float | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> RolloutSettings:
@@ -169,7 +170,7 @@ class ScriptedPolicy:
 
     Subclasses implement :meth:`choose`; a turn holds up to ``max_actions_per_turn`` actions, episodes end on the
     same turn and action budgets as the model's. An environment that fails, or a policy with no action to offer,
-    ends only its own episode (``truncation="env_error"`` / ``"no_action"``).
+    ends only its own episode (``truncation="env_error"``, ``"env_timeout"`` or ``"no_action"``).
     """
 
     name = "scripted"
@@ -203,14 +204,15 @@ class ScriptedPolicy:
         ]
 
     def _episode(self, env: Any, task: dict[str, Any], group: int, rng: random.Random) -> Trajectory:
-        from .rollout.collector import step_action
+        from .rollout.collector import fail_trajectory, step_action
+        from .rollout.env_calls import EnvironmentFault, reset_environment
 
         settings = self.settings
         trajectory = Trajectory(task_id=str(task.get("task_id", group)), group=group)
         try:
-            observation, _ = env.reset(seed=task.get("seed"), options={"task": task})
-        except Exception as error:  # a broken environment fails its episode, never the evaluation
-            trajectory.env_error, trajectory.truncation = f"{type(error).__name__}: {error}", "env_error"
+            observation = reset_environment(env, task, settings.env_timeout)
+        except EnvironmentFault as fault:  # a broken environment fails its episode, never the evaluation
+            fail_trajectory(trajectory, fault)
             return trajectory
         used = 0
         while not trajectory.done and len(trajectory.turns) < settings.max_turns:
@@ -229,7 +231,7 @@ class ScriptedPolicy:
                     trajectory.truncation = "no_action"
                     break
                 used += 1
-                observation, episode_over = step_action(trajectory, env, turn, action)
+                observation, episode_over = step_action(trajectory, env, turn, action, settings.env_timeout)
                 if episode_over:
                     break
             turn.response = f" {settings.action_separator} ".join(turn.actions)
@@ -323,7 +325,7 @@ def evaluate(
         split, model_name: Recorded in the result.
         progress: Show a progress bar over episodes.
     """
-    from .envs import load_environment
+    from .envs import EnvironmentPool, load_environment
 
     if isinstance(environment, str):
         name = environment
@@ -334,23 +336,20 @@ def evaluate(
     if count < 1:
         raise ValueError(f"Nothing to evaluate: {len(tasks)} tasks, episodes={episodes}.")
     batch_size = batch_size or getattr(policy, "batch_size", 16)
-    environments: list[Any] = []
+    environments = EnvironmentPool(factory)
     trajectories: list[Trajectory] = []
     bar = _progress_bar(count, f"{name} ({policy.name})", enabled=progress)
     try:
         for start in range(0, count, batch_size):
             indices = list(range(start, min(start + batch_size, count)))
-            while len(environments) < len(indices):
-                environments.append(factory())
             rows = [dict(tasks[i]) for i in indices]
-            trajectories.extend(policy.play(environments[: len(indices)], rows, indices))
+            played = policy.play(environments.take(len(indices)), rows, indices)
+            environments.discard_timed_out(played)
+            trajectories.extend(played)
             bar.update(len(indices))
     finally:
         bar.close()
-        for env in environments:
-            close = getattr(env, "close", None)
-            if callable(close):
-                close()
+        environments.close()
     return EvaluationResult(
         environment=name, split=split, policy=policy.name, model=model_name, episodes=count,
         stats=summarize(trajectories), trajectories=trajectories,

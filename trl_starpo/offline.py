@@ -135,6 +135,9 @@ class OfflineStarPOTrainer(StarPOTrainer):
                 "offline with the model (tokenizer) the trajectories were logged with."
             )
 
+    def _check_environment(self) -> None:
+        """Nothing to check: offline training plays no environment."""
+
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
         """Read, instead of play, the logged trajectories of ``tasks`` (logged-group rows, each repeated once per
         member by the sampler): the k-th repetition of a group takes the group's k-th trajectory."""

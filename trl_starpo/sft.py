@@ -136,41 +136,42 @@ def expert_demonstrations(
     """
     from datasets import Dataset
 
-    from .envs import load_environment
+    from .envs import EnvironmentPool, load_environment
     from .rollout.collector import RolloutCollector
 
     settings = settings or RolloutSettings()
     collector = RolloutCollector.from_config(tokenizer, settings)
-    environments = [load_environment(environment, **(environment_kwargs or {})) for _ in range(batch_size)]
-    if not callable(getattr(environments[0], "expert_action", None)):
+    environments = EnvironmentPool(lambda: load_environment(environment, **(environment_kwargs or {})))
+    first = environments.take(1)[0]
+    if not callable(getattr(first, "expert_action", None)):
         raise ValueError(f"Environment {environment!r} has no expert_action(): it cannot provide demonstrations.")
     if settings.enable_thinking:
         thinking = thinking or environment_thinking
-        if thinking is environment_thinking and not callable(getattr(environments[0], "expert_thinking", None)):
+        if thinking is environment_thinking and not callable(getattr(first, "expert_thinking", None)):
             raise ValueError(
                 f"Environment {environment!r} has no expert_thinking(): pass thinking=..., or demonstrate "
                 "answer-only responses with enable_thinking=False."
             )
     else:
         thinking = None
-    responder = ExpertResponder(
-        environments, tokenizer, response_prefix=collector.response_prefix, thinking=thinking
-    )
+    responder = ExpertResponder([], tokenizer, response_prefix=collector.response_prefix, thinking=thinking)
     count = len(tasks) if episodes is None else min(int(episodes), len(tasks))
     rows, left_out = [], 0
     try:
         for start in range(0, count, batch_size):
             indices = list(range(start, min(start + batch_size, count)))
             batch = [dict(tasks[i]) for i in indices]
-            for trajectory in collector.collect(environments[: len(indices)], batch, responder, indices):
+            responder.environments = environments.take(len(indices))
+            played = collector.collect(responder.environments, batch, responder, indices)
+            environments.discard_timed_out(played)
+            for trajectory in played:
                 usable = trajectory.env_error is None and all(turn.format_ok for turn in trajectory.turns)
                 if usable and (trajectory.success or not only_successes):
                     rows.append(demonstration_row(trajectory))
                 else:
                     left_out += 1
     finally:
-        for env in environments:
-            env.close()
+        environments.close()
     if left_out:
         logger.warning("%d of %d expert episodes were left out (not won, malformed or failed).", left_out, count)
     if not rows:
@@ -213,6 +214,9 @@ class ExpertSFTConfig(SFTConfig):
         default=None, metadata={"help": "As in the StarPO run (recorded for evaluation); default: format_penalty."}
     )
     action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
+    env_timeout: float | None = field(
+        default=None, metadata={"help": "Seconds one environment reset or step may take (None: no limit)."}
+    )
 
     def __post_init__(self):
         if self.completion_only_loss is False:

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
@@ -36,6 +37,7 @@ SCHEMA_VERSION = 1
 DEFAULT_CAPACITY = 10_000
 POINTER = "CURRENT"
 META = "store.json"
+_VERSION_NAME = re.compile(r"v-[0-9]{6,}")
 
 _TURN_FIELDS = {f.name for f in dataclasses.fields(Turn)}
 _TRAJECTORY_FIELDS = {f.name for f in dataclasses.fields(Trajectory)}
@@ -376,16 +378,34 @@ class TrajectoryStore:
 
 
 def current_version(root: Path) -> Path:
-    """The folder holding the current version of the store at ``root``."""
+    """The folder holding the current version of the store at ``root``.
+
+    ``CURRENT`` is data, not a path: only one of the store's own version names (``v-000003``) is followed, and only to
+    a folder inside ``root``. Raises ``ValueError`` for any other pointer, ``FileNotFoundError`` when it names a
+    version that is not there or there is no store.
+    """
     pointer = root / POINTER
     if pointer.is_file():
-        folder = root / pointer.read_text().strip()
-        if not folder.is_dir():
-            raise FileNotFoundError(f"{pointer} names {folder.name}, which does not exist.")
+        with open(pointer, encoding="utf-8", errors="replace") as handle:
+            name = handle.read(64).strip()
+        if not _VERSION_NAME.fullmatch(name):
+            raise ValueError(
+                f"{pointer} holds {repr(name) if name else 'nothing'}, not the name of one of the store's versions "
+                f"(like 'v-000003'): the store is damaged. Versions in {root}: {_versions(root)}; write the newest "
+                f"into {POINTER} to recover it."
+            )
+        folder = root / name
+        if not folder.is_dir() or folder.resolve().parent != root.resolve():
+            raise FileNotFoundError(f"{pointer} names {name}, which is not a version folder in {root} "
+                                    f"(versions: {_versions(root)}).")
         return folder
     if (root / "dataset_info.json").is_file() or (root / "state.json").is_file():
         return root  # a plain Dataset.save_to_disk folder
     raise FileNotFoundError(f"No trajectory store at {root} (no {POINTER} file).")
+
+
+def _versions(root: Path) -> str:
+    return ", ".join(sorted(p.name for p in root.glob("v-*") if _VERSION_NAME.fullmatch(p.name))) or "none"
 
 
 @contextlib.contextmanager

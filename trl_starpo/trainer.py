@@ -37,7 +37,7 @@ from .algorithms.critics import (
 from .algorithms.filtering import trajectory_filter_weights
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
-from .envs import Environment, load_environment, load_tasks
+from .envs import Environment, EnvironmentPool, check_environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
@@ -120,6 +120,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             raise TypeError(f"args must be a StarPOConfig, got {type(args).__name__}.")
         self.environment_factory = _environment_factory(environment, args.environment_kwargs)
         self.environment_name = environment if isinstance(environment, str) else None
+        self.environment_pool = EnvironmentPool(self.environment_factory)
+        self._check_environment()  # before the model loads: a wrong environment or kwarg fails here
         if train_dataset is None:
             if not isinstance(environment, str):
                 raise ValueError("Pass train_dataset (the task instances) when environment is a factory.")
@@ -139,7 +141,6 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             raise ValueError("The tokenizer has no chat template; StarPO renders every turn through it.")
         self.collector = RolloutCollector.from_config(self._tokenizer, args)
         self.estimator_settings = EstimatorSettings.from_config(args)
-        self._environments: list[Environment] = []
         self.last_trajectories: list[Trajectory] = []
         self.value_critic, self.thinking_critic = self._build_critics(args)
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
@@ -177,11 +178,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             thinking_critic.to(device) if thinking_critic is not None else None,
         )
 
-    def _environment_pool(self, size: int) -> list[Environment]:
-        """Environments are reused across batches; a batch of ``size`` episodes uses the first ``size``."""
-        while len(self._environments) < size:
-            self._environments.append(self.environment_factory())
-        return self._environments[:size]
+    def _check_environment(self) -> None:
+        """Build the pool's first environment and check it has what the rollout reads."""
+        check_environment(self.environment_pool.take(1)[0])
 
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
         """Play one episode per task row with the current policy."""
@@ -204,7 +203,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 stop_strings=[ANSWER_CLOSE],  # nothing after </answer> is used, so it is not generated
                 tokenizer=self._tokenizer,
             )
-            return self.collector.collect(self._environment_pool(len(tasks)), tasks, generator, groups)
+            trajectories = self.collector.collect(self.environment_pool.take(len(tasks)), tasks, generator, groups)
+        self.environment_pool.discard_timed_out(trajectories)
+        return trajectories
 
     def evaluate_episodes(self, tasks, num_episodes: int | None = None) -> dict[str, float]:
         """Play one episode per task (the first ``num_episodes`` rows of ``tasks``) and average the rollout stats.

@@ -59,8 +59,9 @@ class Trajectory:
         success: Whether the environment reported success.
         terminated: The environment ended the episode.
         truncation: Why the episode was cut short (``"max_turns"``, ``"action_budget"``, ``"context"``,
-            ``"env_error"``), or ``None``.
-        env_error: The exception message when the environment failed.
+            ``"env_truncated"``, ``"env_error"``, ``"env_timeout"``), or ``None``.
+        env_error: Why the environment failed (``"env_error"``: the exception, or the protocol rule its result broke;
+            ``"env_timeout"``: the call that overran).
         logprobs: One entry per token: the log-probability the sampling policy gave each generated token, ``None``
             on every other token (and on generated tokens when the generator does not report them).
     """

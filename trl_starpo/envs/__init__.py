@@ -1,6 +1,17 @@
 """Environment protocol and registry."""
 
-from .base import Environment, TextEnvironment
+from .base import Environment, TextEnvironment, check_environment
+from .pool import EnvironmentPool
 from .registry import list_environments, load_environment, load_task_dataset, load_tasks, write_task_split
 
-__all__ = ["Environment", "TextEnvironment", "list_environments", "load_environment", "load_task_dataset", "load_tasks", "write_task_split"]
+__all__ = [
+    "Environment",
+    "EnvironmentPool",
+    "TextEnvironment",
+    "check_environment",
+    "list_environments",
+    "load_environment",
+    "load_task_dataset",
+    "load_tasks",
+    "write_task_split",
+]

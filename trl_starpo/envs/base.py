@@ -75,3 +75,21 @@ class TextEnvironment:
     def step_info(*, valid: bool, effective: bool, success: bool, **extra: Any) -> dict[str, Any]:
         """The ``info`` dict of one step, with the keys the rollout collector reads."""
         return {"action_is_valid": valid, "action_is_effective": effective, "success": success, **extra}
+
+
+def check_environment(env: Any) -> None:
+    """Raise ``TypeError`` saying what to add when ``env`` lacks part of the protocol the rollout reads.
+
+    Besides gymnasium's ``reset`` and ``step``, StarPO needs two strings it shows the model: ``system_prompt`` and
+    ``action_description``.
+    """
+    missing = [name for name in ("reset", "step") if not callable(getattr(env, name, None))]
+    texts = ("system_prompt", "action_description")
+    missing += [name for name in texts if not isinstance(getattr(env, name, None), str)]
+    if missing:
+        raise TypeError(
+            f"{type(env).__name__} lacks {', '.join(missing)} of the StarPO environment protocol. Add string "
+            "attributes system_prompt (the task and its rules, shown once) and action_description (the valid "
+            "actions, e.g. 'Up, Down, Left, Right'), as in trl_starpo.envs.TextEnvironment, beside text-in "
+            "text-out reset() and step() (see docs/environments.md)."
+        )

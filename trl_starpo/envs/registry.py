@@ -1,16 +1,20 @@
 """Finding installed environments through the ``trl_starpo.environments`` entry-point group.
 
-An environment package registers its module, for example in its ``pyproject.toml``::
+An environment package registers either its module or its factory function, for example in its ``pyproject.toml``::
 
     [project.entry-points."trl_starpo.environments"]
-    sokoban = "starpo_sokoban"
+    sokoban = "starpo_sokoban"                        # a module with load_environment() and load_tasks()
+    maze = "maze_env.starpo:load_environment"         # a function (or class) returning an environment
 
-The module provides ``load_environment(**kwargs) -> Environment`` and ``load_tasks(split=None, source=None)``,
-which returns the environment's task instances as a ``datasets.Dataset`` (one split) or ``DatasetDict``.
+A module provides ``load_environment(**kwargs) -> Environment`` and ``load_tasks(split=None, source=None)``, which
+returns the environment's task instances as a ``datasets.Dataset`` (one split) or ``DatasetDict``. A registered
+function is called as ``load_environment``; its tasks come from a ``load_tasks`` in the function's own module.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -31,8 +35,9 @@ def list_environments() -> list[str]:
     return sorted(_entry_points())
 
 
-def environment_module(name: str) -> ModuleType:
-    """The module registered under ``name``; raises ``ValueError`` naming the installed environments otherwise."""
+def registered_object(name: str) -> ModuleType | Callable[..., Any]:
+    """What ``name``'s entry point names: a module or a callable. Raises ``ValueError`` naming the installed
+    environments when ``name`` is not one of them."""
     eps = _entry_points()
     if name not in eps:
         installed = ", ".join(list_environments()) or "none"
@@ -43,14 +48,31 @@ def environment_module(name: str) -> ModuleType:
     return eps[name].load()
 
 
+def _function(name: str, function: str) -> Callable[..., Any]:
+    target = registered_object(name)
+    if isinstance(target, ModuleType):
+        found = getattr(target, function, None)
+    elif function == "load_environment":
+        found = target
+    else:
+        found = getattr(inspect.getmodule(target), function, None)
+    if not callable(found):
+        where = target.__name__ if isinstance(target, ModuleType) else f"the module of {target!r}"
+        raise ValueError(
+            f"Environment {name!r} ({_entry_points()[name].value}) provides no {function}(): define it in {where} "
+            "(see docs/environments.md)."
+        )
+    return found
+
+
 def load_environment(name: str, **kwargs: Any):
     """Create the environment registered as ``name``, passing ``kwargs`` to its ``load_environment``."""
-    return environment_module(name).load_environment(**kwargs)
+    return _function(name, "load_environment")(**kwargs)
 
 
 def load_tasks(name: str, split: str | None = None, source: str | None = None):
     """Load the task instances of environment ``name`` (see ``load_task_dataset``)."""
-    return environment_module(name).load_tasks(split=split, source=source)
+    return _function(name, "load_tasks")(split=split, source=source)
 
 
 def write_task_split(data_dir: str | Path, split: str, rows: list[dict[str, Any]]) -> Path:

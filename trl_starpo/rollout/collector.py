@@ -3,18 +3,27 @@
 Each turn, every unfinished trajectory is generated in one batch; responses are parsed, their actions stepped in
 the trajectory's own environment, and the next observation appended through the chat template as token ids.
 Finished trajectories leave the batch. Model output never crashes the loop (it earns a format penalty) and an
-environment that raises ends only its own trajectory.
+environment that raises, breaks the protocol or overruns ``env_timeout`` ends only its own trajectory. With a
+timeout, the actions of one turn are stepped in all of the batch's environments side by side, from worker threads.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Sequence
 
 from ..envs import Environment
 from ..trajectory import Segment, Trajectory, Turn
+from .env_calls import (
+    EnvironmentFault,
+    check_env_timeout,
+    environment_prompt,
+    reset_environment,
+    run_side_by_side,
+    step_environment,
+)
 from .generation import GenerationBackend
 from .parsing import (
     ANSWER_CLOSE,
@@ -66,44 +75,40 @@ class ChatGlue:
         return cls(close_turn=encode(between), open_turn=encode(opened), to_response=encode(after))
 
 
-_MAX_STATE_KEY = 256
+def fail_trajectory(trajectory: Trajectory, fault: EnvironmentFault) -> None:
+    """End ``trajectory`` because its environment failed (``fault.kind`` is the truncation, the message its error)."""
+    logger.warning("%s for task %s: %s", fault.kind, trajectory.task_id, fault)
+    trajectory.env_error = str(fault)
+    trajectory.truncation = fault.kind
+    trajectory.success = False
 
 
-def _state_key(info: dict) -> str | None:
-    """An environment's ``info["state_key"]`` as a bounded string (a long key is replaced by its digest)."""
-    key = info.get("state_key")
-    if key is None:
-        return None
-    key = str(key)
-    return key if len(key) <= _MAX_STATE_KEY else hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()
-
-
-def step_action(trajectory: Trajectory, env: Environment, turn: Turn, action: str) -> tuple[str, bool]:
+def step_action(
+    trajectory: Trajectory, env: Environment, turn: Turn, action: str, timeout: float | None = None
+) -> tuple[str, bool]:
     """Step one ``action`` in ``env`` and record it on ``turn`` and ``trajectory``.
 
-    Returns the observation and whether the episode is over: the environment terminated or truncated it, or raised,
-    which fails the trajectory (``truncation="env_error"``) and never the caller.
+    Returns the observation and whether the episode is over: the environment terminated or truncated it, or failed
+    (raised, returned something the protocol does not allow, or took longer than ``timeout`` seconds), which ends the
+    trajectory (``truncation="env_error"`` or ``"env_timeout"``) and never the caller.
     """
     turn.actions.append(action)
     try:
-        observation, reward, terminated, truncated, info = env.step(action)
-    except Exception as error:  # a broken environment fails its trajectory, never the run
-        logger.warning("step failed for task %s: %r", trajectory.task_id, error)
-        trajectory.env_error = f"{type(error).__name__}: {error}"
-        trajectory.truncation = "env_error"
-        trajectory.success = False
+        result = step_environment(env, action, timeout)
+    except EnvironmentFault as fault:
+        fail_trajectory(trajectory, fault)
         return "", True
-    turn.reward += float(reward)
-    turn.next_state_key = _state_key(info)
-    turn.num_valid_actions += bool(info.get("action_is_valid", True))
-    turn.num_effective_actions += bool(info.get("action_is_effective", True))
-    trajectory.success = bool(info.get("success", False))
-    if terminated or truncated:
-        trajectory.terminated = bool(terminated)
-        if truncated and not terminated:
+    turn.reward += result.reward
+    turn.next_state_key = result.state_key
+    turn.num_valid_actions += result.valid
+    turn.num_effective_actions += result.effective
+    trajectory.success = result.success
+    if result.terminated or result.truncated:
+        trajectory.terminated = result.terminated
+        if result.truncated and not result.terminated:
             trajectory.truncation = "env_truncated"
-        return observation, True
-    return observation, False
+        return result.observation, True
+    return result.observation, False
 
 
 class RolloutCollector:
@@ -124,6 +129,10 @@ class RolloutCollector:
         action_separator: Separator between actions in one answer.
         prefill_opening_tag: Start every response with ``<think>`` (``<answer>`` without thinking) as template
             tokens, so the model continues inside the format; small models rarely open it on their own.
+        env_timeout: Seconds one ``reset`` or ``step`` call may take before its trajectory ends as
+            ``"env_timeout"`` (``None``: no limit). Its environment must then not be reused (see
+            ``EnvironmentPool``). With a timeout, a turn's steps run in the batch's environments side by side, so
+            they must not share mutable state across instances.
     """
 
     def __init__(
@@ -140,7 +149,9 @@ class RolloutCollector:
         invalid_action_penalty: float | None = None,
         action_separator: str = "||",
         prefill_opening_tag: bool = True,
+        env_timeout: float | None = None,
     ):
+        check_env_timeout(env_timeout)
         self.tokenizer = tokenizer
         self.enable_thinking = enable_thinking
         self.max_turns = max_turns
@@ -151,6 +162,7 @@ class RolloutCollector:
         self.format_penalty = format_penalty
         self.invalid_action_penalty = format_penalty if invalid_action_penalty is None else invalid_action_penalty
         self.action_separator = action_separator
+        self.env_timeout = env_timeout
         self.glue = ChatGlue.from_tokenizer(tokenizer)
         self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
         self.response_prefix_ids = tokenizer(self.response_prefix, add_special_tokens=False)["input_ids"]
@@ -198,13 +210,22 @@ class RolloutCollector:
                 break
             responses = generator.generate(contexts, max(budget.values()))
             logprobs = getattr(generator, "last_logprobs", None) or {}
-            for i, response_ids in responses.items():
-                response_ids = response_ids[: budget[i]]
-                observation = self._play_turn(
-                    trajectories[i], environments[i], response_ids, last_observation[i], actions_used, i, logprobs.get(i)
-                )
-                if observation is not None:
-                    last_observation[i] = observation
+            played = {
+                i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i))
+                for i, ids in responses.items()
+            }
+            steps = {
+                i: partial(self._step_actions, trajectories[i], environments[i], turn, actions, actions_used, i)
+                for i, (turn, actions, _) in played.items()
+                if turn.format_ok
+            }
+            observations = dict(zip(steps, run_side_by_side(list(steps.values()), self.env_timeout is not None)))
+            for i, (turn, _, ended) in played.items():
+                if not turn.format_ok:
+                    observations[i] = f"Invalid response ({turn.format_error}). {self._format_hint()}\n"
+                    observations[i] += last_observation[i]
+                if self._append_observation(trajectories[i], observations[i], ended):
+                    last_observation[i] = observations[i]
         for trajectory in trajectories:
             if not trajectory.done:
                 trajectory.truncation = "max_turns"
@@ -212,22 +233,21 @@ class RolloutCollector:
 
     def _start(self, env: Environment, task: dict[str, Any], group: int) -> tuple[Trajectory, str]:
         trajectory = Trajectory(task_id=str(task.get("task_id", group)), group=group)
+        observation, system_prompt, action_description = "", "", ""
         try:
-            observation, _ = env.reset(seed=task.get("seed"), options={"task": task})
-        except Exception as error:  # a broken environment fails its trajectory, never the run
-            logger.warning("reset failed for task %s: %r", trajectory.task_id, error)
-            observation = ""
-            trajectory.env_error = f"{type(error).__name__}: {error}"
-            trajectory.truncation = "env_error"
+            system_prompt, action_description = environment_prompt(env)
+            observation = reset_environment(env, task, self.env_timeout)
+        except EnvironmentFault as fault:  # a broken environment fails its trajectory, never the run
+            fail_trajectory(trajectory, fault)
         instructions = format_instructions(
-            env.action_description,
+            action_description,
             enable_thinking=self.enable_thinking,
             max_actions=self.max_actions_per_turn,
             separator=self.action_separator,
             example_action=getattr(env, "example_action", None),
         )
         messages = [
-            {"role": "system", "content": f"{env.system_prompt}\n{instructions}".strip()},
+            {"role": "system", "content": f"{system_prompt}\n{instructions}".strip()},
             {"role": "user", "content": observation},
         ]
         prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -272,17 +292,17 @@ class RolloutCollector:
         labels = [int(Segment.THINKING)] * thinking + [int(Segment.ACTION)] * (len(response_ids) - thinking)
         return response_ids, text, parsed, labels
 
-    def _play_turn(
+    def _record_response(
         self,
         trajectory: Trajectory,
-        env: Environment,
         response_ids: list[int],
         last_observation: str,
-        actions_used: list[int],
-        index: int,
         logprobs: list[float] | None = None,
-    ) -> str | None:
-        """Append one response, step its actions, and append the next observation; returns that observation."""
+    ) -> tuple[Turn, list[str], bool]:
+        """Append one response and open its turn (with the format penalty when it is malformed).
+
+        Returns the turn, the actions to step and whether the response ended with an end-of-turn token.
+        """
         response_ids, text, parsed, labels = self._read_response(response_ids)
         start = len(trajectory.token_ids)
         trajectory.append(response_ids, labels, logprobs[: len(response_ids)] if logprobs is not None else None)
@@ -299,26 +319,27 @@ class RolloutCollector:
         trajectory.turns.append(turn)
         if not parsed.format_ok:
             turn.reward += self.format_penalty
-            observation = f"Invalid response ({parsed.error}). {self._format_hint()}\n{last_observation}"
-        else:
-            observation = self._step_actions(trajectory, env, turn, parsed.actions, actions_used, index)
+        ended = bool(response_ids) and response_ids[-1] in self.eos_token_ids
+        return turn, parsed.actions, ended
+
+    def _append_observation(self, trajectory: Trajectory, observation: str, ended: bool) -> bool:
+        """Append the template glue and the next observation unless the episode is over; returns whether it went on."""
         if trajectory.done:
-            return None
+            return False
         if len(trajectory.turns) >= self.max_turns:
             trajectory.truncation = "max_turns"
-            return None
-        ended = bool(response_ids) and response_ids[-1] in self.eos_token_ids
+            return False
         glue = self.glue.open_turn if ended else self.glue.close_turn
         observation_ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
         opening = self.glue.to_response + self.response_prefix_ids
         chunk = len(glue) + len(observation_ids) + len(opening)
         if len(trajectory.token_ids) + chunk >= self.max_context_length:
             trajectory.truncation = "context"
-            return None
+            return False
         trajectory.append(glue, Segment.TEMPLATE)
         trajectory.append(observation_ids, Segment.OBSERVATION)
         trajectory.append(opening, Segment.TEMPLATE)
-        return observation
+        return True
 
     def _step_actions(
         self, trajectory: Trajectory, env: Environment, turn: Turn, actions: list[str], used: list[int], index: int
@@ -330,7 +351,7 @@ class RolloutCollector:
                 break
             used[index] += 1
             valid_before = turn.num_valid_actions
-            observation, episode_over = step_action(trajectory, env, turn, action)
+            observation, episode_over = step_action(trajectory, env, turn, action, self.env_timeout)
             invalid |= trajectory.env_error is None and turn.num_valid_actions == valid_before
             if episode_over:
                 break

@@ -17,6 +17,7 @@ STAT_NAMES = (
     "thinking_tokens",
     "action_tokens",
     "env_error",
+    "env_timeout",
     "truncated",
 )
 
@@ -25,7 +26,9 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
     """The statistics of one trajectory, in the order of ``STAT_NAMES``.
 
     ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (1 when
-    none was sent); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory.
+    none was sent); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory;
+    ``env_error`` and ``env_timeout`` are 1 when the environment failed the trajectory (raised or broke the protocol;
+    took longer than ``env_timeout``).
     """
     turns = trajectory.turns
     actions = sum(len(turn.actions) for turn in turns)
@@ -46,6 +49,7 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
         float(thinking + action),
         float(thinking),
         float(action),
-        float(trajectory.env_error is not None),
+        float(trajectory.truncation == "env_error"),
+        float(trajectory.truncation == "env_timeout"),
         float(trajectory.truncation is not None),
     ]

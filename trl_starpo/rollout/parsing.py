@@ -1,7 +1,8 @@
 """Parsing model responses of the form ``<think>…</think><answer>…</answer>`` into thinking and actions.
 
 Parsing never raises on model output: anything malformed comes back as a ``ParsedResponse`` with
-``format_ok=False`` and an ``error`` naming what was wrong, which the collector turns into a format penalty.
+``format_ok=False`` and an ``error`` naming what was wrong, which the collector turns into a format penalty. Its work
+is linear in the length of the text: the tags are found in one scan, never by backtracking.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from dataclasses import dataclass, field
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
-_TAG = re.compile(r"</?(think|answer)>")
-_WITH_THINKING = re.compile(r"\s*<think>(?P<thinking>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
-_WITHOUT_THINKING = re.compile(r"\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
+_TAG = re.compile(r"</?(?:think|answer)>")
 
 
 @dataclass(frozen=True)
@@ -62,15 +61,15 @@ def parse_response(
     at least one non-empty action.
     """
     end = thinking_end(text) if enable_thinking else 0
-    pattern = _WITH_THINKING if enable_thinking else _WITHOUT_THINKING
-    match = pattern.fullmatch(text)
-    if match is None:
+    body = text.strip()
+    tags = [(m.group(), m.start(), m.end()) for m in _TAG.finditer(body)]
+    expected = [THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE] if enable_thinking else [ANSWER_OPEN, ANSWER_CLOSE]
+    if not _spans_the_body(body, tags, enable_thinking):
         return ParsedResponse(thinking=None, error=_diagnose(text, enable_thinking), thinking_end=end)
-    thinking = match.group("thinking").strip() if enable_thinking else None
-    inner = match.group("answer") + (match.group("thinking") if enable_thinking else "")
-    if _TAG.search(inner):
+    if [tag for tag, _, _ in tags] != expected:
         return ParsedResponse(thinking=None, error="nested or repeated tags", thinking_end=end)
-    actions = split_actions(match.group("answer"), separator)
+    thinking = body[tags[0][2] : tags[1][1]].strip() if enable_thinking else None
+    actions = split_actions(body[tags[-2][2] : tags[-1][1]], separator)
     if not actions:
         return ParsedResponse(thinking=thinking, error="empty answer", thinking_end=end)
     return ParsedResponse(
@@ -79,6 +78,20 @@ def parse_response(
         format_ok=True,
         thinking_end=end,
         num_dropped_actions=max(0, len(actions) - max_actions),
+    )
+
+
+def _spans_the_body(body: str, tags: list[tuple[str, int, int]], enable_thinking: bool) -> bool:
+    """Whether ``body`` reads ``<think>…</think>`` (whitespace) ``<answer>…</answer>`` for some choice of its tags,
+    whatever the text between them holds: then a response that is not exactly that has nested or repeated tags."""
+    first = THINK_OPEN if enable_thinking else ANSWER_OPEN
+    if len(tags) < 2 or tags[0][:2] != (first, 0) or tags[-1][0] != ANSWER_CLOSE or tags[-1][2] != len(body):
+        return False
+    if not enable_thinking:
+        return True
+    return any(
+        (close, opening) == (THINK_CLOSE, ANSWER_OPEN) and not body[close_end:open_start].strip()
+        for (close, _, close_end), (opening, open_start, _) in zip(tags[1:-2], tags[2:-1])
     )
 
 

@@ -10,23 +10,30 @@ at once. The cache folder is ``$STARPO_ALFWORLD_CACHE``, else ``$XDG_CACHE_HOME/
 ``~/.cache/trl_starpo/alfworld``.
 
 A row with a ``game_file`` (official ALFWorld games, see ``official_tasks``) is played from that file as it is.
+
+Task rows are data: before a generated row names a folder, its task type, scene, seed and ``pddl_params`` are checked
+against ALFWorld's vocabularies, and the folder must resolve inside the cache; a ``game_file`` must be a
+``game.tw-pddl`` file.
 """
 
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from alfworld.gen import constants
 from filelock import FileLock
 
 from .generator import GENERATOR_VERSION, build_game, pddl_sha256
 from .pddl import game_data, game_folder, problem_text, traj_data, write_game
+from .world import TASK_TYPES, scene_numbers
 
-__all__ = ["OFFICIAL_SPLITS", "GeneratorMismatchError", "cache_dir", "game_file", "official_data_dir",
-           "official_tasks"]
+__all__ = ["OFFICIAL_SPLITS", "PDDL_PARAMS", "GeneratorMismatchError", "cache_dir", "checked_generated_task",
+           "game_file", "official_data_dir", "official_tasks"]
 
 OFFICIAL_SPLITS = ("train", "valid_seen", "valid_unseen")
 
@@ -51,16 +58,22 @@ def game_file(task: Mapping[str, Any], root: str | Path | None = None) -> Path:
             the row was made from (its ``pddl_sha256``).
     """
     if task.get("game_file"):
-        return Path(task["game_file"])
+        path = Path(task["game_file"])
+        if path.name != "game.tw-pddl":
+            raise ValueError(f"Task {task.get('task_id')!r}: game_file must be a game.tw-pddl file, got {str(path)!r}.")
+        return path
     version = int(task.get("generator_version", GENERATOR_VERSION))
     if version != GENERATOR_VERSION:
         raise GeneratorMismatchError(
             f"Task {task.get('task_id')!r} comes from generator version {version}; starpo-alfworld has version "
             f"{GENERATOR_VERSION}. Install the matching starpo-alfworld or regenerate the tasks."
         )
-    scene = int(str(task["scene"]).removeprefix("FloorPlan"))
-    folder = Path(root or cache_dir()) / f"v{version}" / game_folder(task["task_type"], task["pddl_params"], scene)
-    folder = folder / f"trial_starpo_{int(task['seed']):08d}"
+    seed, scene = checked_generated_task(task)
+    root = Path(root or cache_dir())
+    folder = root / f"v{version}" / game_folder(task["task_type"], task["pddl_params"], scene)
+    folder = folder / f"trial_starpo_{seed:08d}"
+    if not folder.resolve().is_relative_to(root.resolve()):
+        raise ValueError(f"Task {task.get('task_id')!r} names a game folder outside the cache {str(root)!r}.")
     path = folder / "game.tw-pddl"
     if path.is_file():
         return path
@@ -68,7 +81,7 @@ def game_file(task: Mapping[str, Any], root: str | Path | None = None) -> Path:
     with FileLock(str(folder) + ".lock"):
         if path.is_file():  # another process wrote it while we waited
             return path
-        spec = build_game(int(task["seed"]), scene, task["task_type"])
+        spec = build_game(seed, scene, task["task_type"])
         problem = problem_text(spec)
         if task.get("pddl_sha256") and pddl_sha256(problem) != task["pddl_sha256"]:
             raise GeneratorMismatchError(
@@ -78,6 +91,34 @@ def game_file(task: Mapping[str, Any], root: str | Path | None = None) -> Path:
         walkthrough = task.get("expert_plan") or None
         game = game_data(problem, spec.goal, walkthrough)
         return write_game(folder, problem, traj_data(spec, GENERATOR_VERSION), game)
+
+
+PDDL_PARAMS = ("object_target", "parent_target", "toggle_target", "mrecep_target")
+"""The ``pddl_params`` that name ALFRED object classes (and so the game's folder)."""
+
+
+def checked_generated_task(task: Mapping[str, Any]) -> tuple[int, int]:
+    """``(seed, scene number)`` of a generated task row, after checking its fields against ALFWorld's vocabularies:
+    a known task type and floor plan, a non-negative integer seed, ``pddl_params`` that are ALFRED object classes.
+
+    Raises:
+        ValueError: Naming the field and what it may be.
+    """
+    name = f"Task {task.get('task_id')!r}"
+    if task.get("task_type") not in TASK_TYPES:
+        raise ValueError(f"{name}: task_type must be one of {', '.join(TASK_TYPES)}, got {task.get('task_type')!r}.")
+    scene, seed = str(task.get("scene", "")).removeprefix("FloorPlan"), task.get("seed")
+    if not scene.isdigit() or int(scene) not in scene_numbers():
+        raise ValueError(f"{name}: scene must be an ALFWorld floor plan, e.g. 'FloorPlan1', got {task.get('scene')!r}.")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"{name}: seed must be a non-negative integer, got {seed!r}.")
+    params = task.get("pddl_params")
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{name}: pddl_params must be a mapping of {', '.join(PDDL_PARAMS)}.")
+    for key in PDDL_PARAMS:
+        if params.get(key) not in ("", None, *constants.OBJECTS):
+            raise ValueError(f"{name}: pddl_params[{key!r}] must be an ALFRED object class or '', got {params[key]!r}.")
+    return int(seed), int(scene)
 
 
 def official_data_dir() -> Path:

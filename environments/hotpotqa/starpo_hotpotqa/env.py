@@ -42,6 +42,8 @@ CORPUS_FILE = DATA_DIR / "corpus.jsonl"
 SUMMARY_SENTENCES = 5
 NUM_SIMILAR = 5
 MAX_STEPS = 7
+MAX_QUERY_CHARS = 256  # Wikipedia's longest titles; similar-title search costs (query length x title length) per title
+MAX_ECHO_CHARS = 200  # of an action repeated back in an observation
 REWARDS = ("f1", "em")
 ACTION_DESCRIPTION = "search[entity], lookup[keyword] or finish[answer]"
 
@@ -79,6 +81,10 @@ def parse_action(action: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return match["verb"].lower(), match["argument"].strip()
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _title_key(text: str) -> str:
@@ -131,9 +137,12 @@ class Corpus:
         return self._by_key.get(_title_key(entity))
 
     def similar(self, entity: str, limit: int = NUM_SIMILAR) -> list[str]:
-        """Up to ``limit`` titles most similar to ``entity`` (rapidfuzz's WRatio on lower-cased, alphanumeric text)."""
+        """Up to ``limit`` titles most similar to ``entity`` (rapidfuzz's WRatio on lower-cased, alphanumeric text).
+
+        Only the first ``MAX_QUERY_CHARS`` characters of ``entity`` are compared, so the work stays bounded.
+        """
         matches = process.extract(
-            entity, self.titles, scorer=fuzz.WRatio, processor=utils.default_process, limit=limit, score_cutoff=1
+            entity[:MAX_QUERY_CHARS], self.titles, scorer=fuzz.WRatio, processor=utils.default_process, limit=limit, score_cutoff=1
         )
         return [title for title, _, _ in matches]
 
@@ -322,7 +331,8 @@ class HotpotQAEnv(TextEnvironment):
             observation = "Nice thought."
         else:
             valid = False
-            observation = f"Invalid action: {action.strip()}. Valid actions are {ACTION_DESCRIPTION}."
+            shown = _shorten(action.strip(), MAX_ECHO_CHARS)
+            observation = f"Invalid action: {shown}. Valid actions are {ACTION_DESCRIPTION}."
         truncated = not terminated and self._steps >= self.max_steps
         self._done = terminated or truncated
         self._observations.append(observation)
@@ -336,7 +346,7 @@ class HotpotQAEnv(TextEnvironment):
         title = self._pages.find(entity)
         if title is None:
             similar = self._pages.similar(entity, self.num_similar) if self.num_similar else []
-            return f"Could not find {entity}. Similar: {similar}.", False
+            return f"Could not find {_shorten(entity, MAX_QUERY_CHARS)}. Similar: {similar}.", False
         self._page = title
         self._lookup_keyword, self._lookup_list, self._lookup_count = None, [], 0
         sentences = self._pages.pages[title][: self.summary_sentences]

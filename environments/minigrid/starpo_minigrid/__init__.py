@@ -30,6 +30,7 @@ __all__ = [
     "ACTIONS",
     "ENV_IDS",
     "MiniGridTextEnv",
+    "check_env_id",
     "describe",
     "expert_solution",
     "generate_tasks",
@@ -74,6 +75,19 @@ SYSTEM_PROMPT = (
 )
 
 
+def check_env_id(env_id: Any) -> None:
+    """Raise ``ValueError`` unless ``env_id`` is a level registered with gymnasium, named without a module part.
+
+    Task rows are data: gymnasium reads ``"module:Level-v0"`` as "import ``module``, then make the level", so an
+    ``env_id`` with a colon could import any installed module. Only ids already in ``gymnasium.registry`` are made.
+    """
+    if not isinstance(env_id, str) or ":" in env_id or env_id not in gym.registry:
+        raise ValueError(
+            f"Unknown minigrid level {env_id!r}: give the id of a registered MiniGrid or BabyAI level, without a "
+            "module part (e.g. 'BabyAI-GoToLocal-v0'; see minigrid's documentation for the list)."
+        )
+
+
 class MiniGridTextEnv(TextEnvironment):
     """MiniGrid / BabyAI levels on the ``minigrid`` engine, with BabyAI-Text observations and word actions.
 
@@ -100,6 +114,8 @@ class MiniGridTextEnv(TextEnvironment):
             env_ids = (env_ids,)
         if not env_ids:
             raise ValueError("env_ids must name at least one minigrid level, e.g. 'BabyAI-GoToLocal-v0'.")
+        for env_id in env_ids:
+            check_env_id(env_id)
         self.env_ids = tuple(env_ids)
         self.max_steps = max_steps
         self._engines: dict[str, MiniGridEnv] = {}
@@ -179,8 +195,13 @@ class MiniGridTextEnv(TextEnvironment):
 
     def _make(self, env_id: str) -> MiniGridEnv:
         if env_id not in self._engines:
+            check_env_id(env_id)
             kwargs = {} if self.max_steps is None else {"max_steps": self.max_steps}
-            self._engines[env_id] = gym.make(env_id, **kwargs).unwrapped
+            engine = gym.make(env_id, **kwargs).unwrapped
+            if not isinstance(engine, MiniGridEnv):
+                engine.close()
+                raise ValueError(f"{env_id!r} is a gymnasium environment but not a MiniGrid or BabyAI level.")
+            self._engines[env_id] = engine
         return self._engines[env_id]
 
     def _snapshot(self) -> tuple:
