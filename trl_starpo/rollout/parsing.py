@@ -114,9 +114,8 @@ def _diagnose(text: str, enable_thinking: bool) -> str:
 def response_shape(enable_thinking: bool) -> str:
     """The response format with an empty answer: an example that is never a well-formed answer itself, so copying it
     earns the format penalty rather than passing for an action."""
-    return f"{THINK_OPEN}your reasoning{THINK_CLOSE}{ANSWER_OPEN}{ANSWER_CLOSE}" if enable_thinking else (
-        f"{ANSWER_OPEN}{ANSWER_CLOSE}"
-    )
+    answer = ANSWER_OPEN + ANSWER_CLOSE
+    return f"{THINK_OPEN}your reasoning{THINK_CLOSE}{answer}" if enable_thinking else answer
 
 
 def format_instructions(
