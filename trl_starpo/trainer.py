@@ -43,6 +43,7 @@ from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
+from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -515,6 +516,19 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         load_critics(self._critics(), resume_from_checkpoint)
+
+    # A resumed run continues exactly as the uninterrupted one: see trl_starpo/resume.py.
+    def _get_train_sampler(self, dataset=None):
+        return EpochSeededSampler(super()._get_train_sampler(dataset), seed=self.args.seed)
+
+    def _save_rng_state(self, output_dir):
+        super()._save_rng_state(output_dir)
+        save_rollout_state(self, output_dir)
+
+    def _load_rng_state(self, checkpoint):
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            load_rollout_state(self, checkpoint)
 
     def _log_rollouts(self, trajectories, all_returns, all_advantages, group_size: int, mode: str) -> None:
         device = self.accelerator.device
