@@ -79,6 +79,27 @@ def test_config_refuses_what_cannot_work(tmp_path, overrides, message):
         make_args(tmp_path, **overrides)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(temperature=0.0), r"^temperature must be > 0, got 0.0: .*temperature=1.0"),
+        (dict(temperature=-0.5), r"^temperature must be > 0"),
+        (dict(per_device_train_batch_size=0), r"^per_device_train_batch_size must be at least 1, got 0\.$"),
+        (dict(gradient_accumulation_steps=0), r"^gradient_accumulation_steps must be at least 1, got 0\.$"),
+        (dict(num_generations=0), r"^num_generations must be at least 2, got 0"),
+        (dict(num_generations=1), r"^num_generations must be at least 2, got 1"),
+        (dict(num_iterations=0), r"^num_iterations must be at least 1, got 0\.$"),
+        (dict(steps_per_generation=0), r"^steps_per_generation must be at least 1 \(or None\), got 0\.$"),
+        (dict(max_tokens_per_turn=0), r"^max_tokens_per_turn must be at least 1, got 0\.$"),
+    ],
+)
+def test_config_refuses_sampling_and_batch_values_in_one_line(tmp_path, overrides, message):
+    # These failed deep inside TRL (a ZeroDivisionError), torch or transformers, or trained nothing and exited 0.
+    with pytest.raises(ValueError, match=message) as refused:
+        make_args(tmp_path, **overrides)
+    assert "\n" not in str(refused.value)
+
+
 def test_unknown_environment_lists_installed_ones(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="Unknown environment 'nope'. Installed environments: .*sokoban"):
         StarPOTrainer(tiny_model_dir, environment="nope", args=make_args(tmp_path))
