@@ -274,15 +274,18 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
 def _push(args: argparse.Namespace) -> int:
     from .hub import push_agent
 
-    urls = push_agent(
-        args.checkpoint,
-        repo_id=args.repo_id,
-        trajectories_repo_id=args.trajectories_repo_id,
-        private=args.private,
-        token=args.token,
-        push_trajectories=not args.no_trajectories,
-        commit_message=args.commit_message,
-    )
+    try:
+        urls = push_agent(
+            args.checkpoint,
+            repo_id=args.repo_id,
+            trajectories_repo_id=args.trajectories_repo_id,
+            private=args.private,
+            token=args.token,
+            push_trajectories=not args.no_trajectories,
+            commit_message=args.commit_message,
+        )
+    except OSError as error:  # the Hub's answers (HfHubHTTPError) and network failures
+        raise CommandError(f"the Hub refused or could not be reached: {_one_line(error)}") from None
     for kind, url in urls.items():
         print(f"{kind}: {url}")
     return 0
