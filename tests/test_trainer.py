@@ -241,3 +241,44 @@ def test_evaluate_episodes_averages_the_first_tasks(tmp_path, tiny_model_dir):
     assert stats["return"] == pytest.approx((1.0 + 0.0 + 0.9) / 3)
     assert stats["format_error_rate"] == pytest.approx((0 + 0 + 1 / 3) / 3)
     assert trainer.model.training  # restored after evaluation
+
+
+@pytest.mark.parametrize("fault", ["nan_advantage", "inf_gradient"])
+def test_a_non_finite_loss_or_gradient_skips_its_step_and_training_goes_on(tmp_path, tiny_agent_dir, fault, caplog):
+    from transformers import TrainerCallback
+
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    if fault == "nan_advantage":  # a NaN reaches the loss (as a NaN reward from an environment would)
+        score = trainer.score_trajectories
+
+        def poisoned(*args, **kwargs):
+            output = score(*args, **kwargs)
+            if trainer.state.global_step == 0:  # the rollouts of step 1
+                output["advantages"][0] = float("nan")
+            return output
+
+        trainer.score_trajectories = poisoned
+    else:  # the loss is finite, one gradient is not (an overflow)
+        weight = trainer.model.get_input_embeddings().weight
+        weight.register_hook(lambda grad: torch.full_like(grad, float("inf")) if trainer.state.global_step == 0 else None)
+
+    weights = []
+
+    class Snapshot(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.on_step_end(args, state, control)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            weights.append(torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()]))
+
+    trainer.add_callback(Snapshot())
+    with caplog.at_level("WARNING", logger="trl_starpo.nonfinite"):
+        trainer.train()
+    assert trainer.nonfinite_guard.skipped_steps == [1]
+    assert "Step 1: the loss or the gradients are not finite" in caplog.text
+    assert torch.equal(weights[1], weights[0])  # step 1 changed nothing ...
+    assert not torch.equal(weights[2], weights[1]) and torch.isfinite(weights[2]).all()  # ... and step 2 trained
+    assert {state["step"].item() for state in trainer.optimizer.state_dict()["state"].values()} == {1.0}
+    logged = [entry["nonfinite/skipped"] for entry in trainer.state.log_history if "nonfinite/skipped" in entry]
+    assert logged == [1.0, 0.0]

@@ -43,6 +43,7 @@ from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
+from .nonfinite import NonFiniteGuard
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
@@ -148,6 +149,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.value_critic, self.thinking_critic = self._build_critics(args)
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
+        self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
+        self.add_callback(self.nonfinite_guard)
         self._capture_loss_logps = False
         if args.kl_early_stop > 0 and self.num_iterations == 1 and args.steps_per_generation <= args.gradient_accumulation_steps:
             logger.warning(
@@ -451,6 +454,11 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             )
             self._metrics["train"]["kl_early_stop/sampling_kl"].append(kl)
             self.kl_early_stopping.observe(kl)
+        return loss
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.nonfinite_guard.observe_loss(loss)
         return loss
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
