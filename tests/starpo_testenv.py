@@ -33,7 +33,7 @@ MODULE = textwrap.dedent(
 
         def reset(self, *, seed=None, options=None):
             task = (options or {}).get("task", {})
-            self.value, self.target = task.get("start", 0), task.get("target", 2)
+            self.value, self.target = int(task.get("start", 0)), int(task.get("target", 2))
             return self._observation(), {}
 
         def _observation(self):

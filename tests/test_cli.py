@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,108 @@ def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path)
         assert (out / name).is_file(), name
     card = (out / "README.md").read_text()
     assert "| before training |" in card and "| after training |" in card and "- Preset: `starpo`" in card
+
+
+@pytest.fixture
+def registered(env_path):
+    from starpo_testenv import register
+
+    undo = register(env_path)
+    yield
+    undo()
+
+
+def error_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if line.startswith("trl-starpo ")]
+
+
+BOGUS = '{"bogus": 1}'
+REJECTED = r"Environment 'testcounter' cannot be built with --env-kwargs \{\"bogus\": 1\}: TypeError: .*'bogus'$"
+REJECTED_IN_TRAIN = REJECTED.replace("--env-kwargs", "--environment_kwargs")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval", "--policy", "random", "--max-turns", "0"], r"eval: error: max_turns must be at least 1, got 0\.$"),
+        (["eval", "--policy", "random", "--max-turns", "-1"], r"max_turns must be at least 1, got -1\.$"),
+        (["eval", "--policy", "random", "--max-tokens-per-turn", "0"], r"max_tokens_per_turn must be at least 1"),
+        (["eval", "--policy", "random", "--max-context-length", "10"],
+         r"max_context_length \(10\) must exceed max_tokens_per_turn \(128\) .*raise max_context_length\.$"),
+        (["eval", "--policy", "random", "--env-kwargs", BOGUS], REJECTED),
+        (["play", "--max-turns", "0"], r"play: error: max_turns must be at least 1"),
+        (["play", "--env-kwargs", BOGUS], REJECTED),
+        (["train", "--max_turns", "0"], r"train: error: max_turns must be at least 1"),
+        (["train", "--num_generations", "0"], r"num_generations must be at least 2, got 0"),
+        (["train", "--temperature", "0"], r"temperature must be > 0"),
+        (["train", "--environment_kwargs", BOGUS], REJECTED_IN_TRAIN),
+    ],
+)
+def test_settings_that_cannot_work_are_one_line_errors(registered, capsys, tmp_path, args, message):
+    # These printed a table of zeros with exit 0, a traceback, or failed deep inside TRL or torch.
+    from trl_starpo.cli import main
+
+    command, *rest = args
+    extra = ["--output_dir", str(tmp_path / "out"), "--report_to", "none"] if command == "train" else []
+    assert main([command, "--env", NAME, *rest, *extra]) == 2
+    (line,) = error_lines(capsys)
+    assert re.search(message, line), line
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+@pytest.fixture
+def broken_tasks(tmp_path):
+    """A task folder whose validation row 1 breaks the environment at reset (its start is not a number)."""
+    from trl_starpo.envs import write_task_split
+
+    rows = [{"task_id": f"v{i}", "seed": i, "start": "x" if i == 1 else 0, "target": 2} for i in range(3)]
+    write_task_split(tmp_path / "tasks", "validation", rows)
+    write_task_split(tmp_path / "broken", "validation", [rows[1], {**rows[1], "task_id": "v3"}])
+    return tmp_path
+
+
+def test_eval_counts_episodes_whose_environment_failed(registered, capsys, broken_tasks):
+    from trl_starpo.cli import main
+
+    assert main(["eval", "--env", NAME, "--policy", "expert", "--tasks", str(broken_tasks / "tasks"), "--json"]) == 0
+    captured = capsys.readouterr()
+    row = json.loads(captured.out)
+    assert row["episodes"] == 3 and row["env_errors"] == 1 and row["env_error"] == pytest.approx(1 / 3)
+    assert row["success"] == pytest.approx(2 / 3)
+    assert row["first_env_error"].startswith("ValueError: invalid literal for int()")
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("trl-starpo ")]
+    assert line.startswith(f"trl-starpo eval: warning: {NAME} (expert): 1 of 3 episodes failed in the environment, "
+                           "e.g. ValueError: invalid literal")
+
+
+def test_eval_fails_when_every_episode_failed_in_the_environment(registered, capsys, broken_tasks):
+    from trl_starpo.cli import main
+
+    assert main(["eval", "--env", NAME, "--policy", "random", "--tasks", str(broken_tasks / "broken")]) == 1
+    captured = capsys.readouterr()
+    header, _, row = captured.out.splitlines()[:3]
+    assert header.endswith("| format errors | env errors |") and row.endswith("| 2 |")
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("trl-starpo ")]
+    assert line.startswith(f"trl-starpo eval: error: {NAME} (random): 2 of 2 episodes failed in the environment")
+
+
+def test_play_on_a_broken_row_says_why_in_one_line(registered, capsys, broken_tasks):
+    from trl_starpo.cli import main
+
+    assert main(["play", "--env", NAME, "--tasks", str(broken_tasks / "tasks"), "--task", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "episode: no success, return +0.000, 0 turns, ended: env_error" in out
+    assert "environment error: ValueError: invalid literal for int() with base 10: 'x'" in out
+
+
+def test_eval_refuses_a_context_too_short_for_the_prompt(registered, capsys, tiny_agent_dir):
+    from trl_starpo.cli import main
+
+    code = main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "2", "--max-tokens-per-turn", "8",
+                 "--max-context-length", "20", "--no-progress"])
+    assert code == 2
+    (line,) = error_lines(capsys)
+    assert re.search(r"max_context_length \(20\) leaves no room to answer: the prompts take \d+ tokens or more; "
+                     r"raise it to at least \d+\.$", line), line

@@ -135,10 +135,59 @@ def test_lora_adapters_push_as_adapters(monkeypatch, tmp_path, tiny_model_dir):
     assert "Validation success was not measured" in files["README.md"].decode()
 
 
-def test_push_refuses_a_folder_without_weights(monkeypatch, tmp_path):
+def test_push_refuses_a_folder_without_weights_before_creating_anything(monkeypatch, tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    with fake_hub(monkeypatch), pytest.raises(ValueError, match="no safetensors weights"):
+    with fake_hub(monkeypatch) as hub, pytest.raises(ValueError, match="no safetensors weights"):
         push_agent(tmp_path, "user/x", token="hf_fake_token")
+    assert hub.created == [] and hub.requests == []  # no empty repository left behind
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda folder: (folder / "starpo_agent.json").write_text("{not json"), "not a readable agent record"),
+        (lambda folder: (folder / "starpo_agent.json").write_text("[1, 2]"), "not a readable agent record"),
+        (lambda folder: (folder / "trainer_state.json").write_text('{"global_step": 4}'),
+         "not a readable trainer state: KeyError"),
+        (lambda folder: (folder / "trajectories" / "CURRENT").write_text("v-missing"), "not a readable trajectory store"),
+    ],
+)
+def test_push_checks_metadata_before_creating_anything(monkeypatch, checkpoint, damage, message):
+    (checkpoint / "learning_curves.png").unlink(missing_ok=True)  # the curves are drawn from trainer_state.json
+    damage(checkpoint)
+    with fake_hub(monkeypatch) as hub, pytest.raises(ValueError, match=message):
+        push_agent(checkpoint, "user/x", token="hf_fake_token")
+    assert hub.requests == []
+
+
+def test_push_needs_the_owner_in_the_repository_id(monkeypatch, checkpoint):
+    with fake_hub(monkeypatch) as hub, pytest.raises(ValueError, match="'USER/x' or 'ORG/x'"):
+        push_agent(checkpoint, "x", token="hf_fake_token")
+    assert hub.requests == []
+
+
+def test_cli_push_offline_is_one_line(monkeypatch, checkpoint, capsys):
+    from huggingface_hub import constants
+
+    from trl_starpo.cli import main
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert main(["push", str(checkpoint), "--repo-id", "user/x", "--token", "hf_fake_token"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("trl-starpo push: error: HF_HUB_OFFLINE is set: pushing needs the Hub.")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_push_refused_by_the_hub_is_one_line(monkeypatch, checkpoint, capsys):
+    import httpx2
+
+    from trl_starpo.cli import main
+
+    with fake_hub(monkeypatch) as hub:
+        hub.handle = lambda request: httpx2.Response(401, json={"error": "Invalid credentials in Authorization header"})
+        assert main(["push", str(checkpoint), "--repo-id", "user/x", "--token", "hf_bad_token"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("trl-starpo push: error: the Hub refused or could not be reached: ") and "401" in line
 
 
 def test_cli_push(monkeypatch, checkpoint, capsys):

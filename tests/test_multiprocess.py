@@ -12,15 +12,19 @@ from trl_starpo.algorithms.advantages import group_relative_advantages
 HERE = Path(__file__).parent
 
 
-def run_two_processes(tmp_path, model_dir, *extra, port=29517):
+def launch_two_processes(script: Path, *args: str, port: int) -> subprocess.CompletedProcess:
+    """Run ``script`` under ``accelerate launch --multi_gpu --num_processes 2``: two gloo processes on the CPU."""
     launcher = Path(sys.executable).with_name("accelerate")
     command = [
         str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port),
-        str(HERE / "multiprocess_train.py"), model_dir, str(tmp_path), *extra,
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port), str(script), *args,
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def run_two_processes(tmp_path, model_dir, *extra, port=29517):
+    result = launch_two_processes(HERE / "multiprocess_train.py", model_dir, str(tmp_path), *extra, port=port)
     assert result.returncode == 0, result.stderr[-4000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
 

@@ -124,6 +124,24 @@ def test_value_loss_is_clipped_and_decreases_on_a_fixed_batch():
         assert explained_variance(critic(hidden), returns, mask) > 0.8
 
 
+def test_a_non_finite_value_target_skips_the_critic_update():
+    torch.manual_seed(0)
+    hidden, mask = torch.randn(2, 5, 8), torch.ones(2, 5)
+    critic = ValueCritic(8, learning_rate=0.05, clip_range=0.5)
+    features = {"policy_hidden": hidden, "input_ids": None, "attention_mask": None, "start": 0}
+    before = {name: value.clone() for name, value in critic.state_dict().items()}
+    returns = torch.zeros(2, 5)
+    returns[1, 2] = float("nan")  # a NaN reward from an environment reaches the targets
+    with torch.no_grad():
+        old_values = critic(hidden)
+    assert math.isnan(critic.update(features, old_values, returns, mask))
+    for name, value in critic.state_dict().items():
+        assert torch.equal(value, before[name]), name  # skipped: the weights and the optimizer are untouched
+    assert not critic.optimizer.state
+    critic.update(features, old_values, torch.ones(2, 5), mask)  # the next, finite batch trains it
+    assert not torch.equal(critic.head.weight, before["head.weight"]) and torch.isfinite(critic.head.weight).all()
+
+
 def test_thinking_critic_learns_to_separate_good_from_degenerate_thinking():
     torch.manual_seed(0)
     direction = torch.randn(16)

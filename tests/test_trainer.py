@@ -80,6 +80,27 @@ def test_config_refuses_what_cannot_work(tmp_path, overrides, message):
         make_args(tmp_path, **overrides)
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(temperature=0.0), r"^temperature must be > 0, got 0.0: .*temperature=1.0"),
+        (dict(temperature=-0.5), r"^temperature must be > 0"),
+        (dict(per_device_train_batch_size=0), r"^per_device_train_batch_size must be at least 1, got 0\.$"),
+        (dict(gradient_accumulation_steps=0), r"^gradient_accumulation_steps must be at least 1, got 0\.$"),
+        (dict(num_generations=0), r"^num_generations must be at least 2, got 0"),
+        (dict(num_generations=1), r"^num_generations must be at least 2, got 1"),
+        (dict(num_iterations=0), r"^num_iterations must be at least 1, got 0\.$"),
+        (dict(steps_per_generation=0), r"^steps_per_generation must be at least 1 \(or None\), got 0\.$"),
+        (dict(max_tokens_per_turn=0), r"^max_tokens_per_turn must be at least 1, got 0\.$"),
+    ],
+)
+def test_config_refuses_sampling_and_batch_values_in_one_line(tmp_path, overrides, message):
+    # These failed deep inside TRL (a ZeroDivisionError), torch or transformers, or trained nothing and exited 0.
+    with pytest.raises(ValueError, match=message) as refused:
+        make_args(tmp_path, **overrides)
+    assert "\n" not in str(refused.value)
+
+
 def test_unknown_environment_lists_installed_ones(tmp_path, tiny_model_dir):
     with pytest.raises(ValueError, match="Unknown environment 'nope'. Installed environments: .*sokoban"):
         StarPOTrainer(tiny_model_dir, environment="nope", args=make_args(tmp_path))
@@ -266,3 +287,44 @@ def test_evaluate_episodes_averages_the_first_tasks(tmp_path, tiny_model_dir):
     assert stats["return"] == pytest.approx((1.0 + 0.0 + 0.9) / 3)
     assert stats["format_error_rate"] == pytest.approx((0 + 0 + 1 / 3) / 3)
     assert trainer.model.training  # restored after evaluation
+
+
+@pytest.mark.parametrize("fault", ["nan_advantage", "inf_gradient"])
+def test_a_non_finite_loss_or_gradient_skips_its_step_and_training_goes_on(tmp_path, tiny_agent_dir, fault, caplog):
+    from transformers import TrainerCallback
+
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    if fault == "nan_advantage":  # a NaN reaches the loss (as a NaN reward from an environment would)
+        score = trainer.score_trajectories
+
+        def poisoned(*args, **kwargs):
+            output = score(*args, **kwargs)
+            if trainer.state.global_step == 0:  # the rollouts of step 1
+                output["advantages"][0] = float("nan")
+            return output
+
+        trainer.score_trajectories = poisoned
+    else:  # the loss is finite, one gradient is not (an overflow)
+        weight = trainer.model.get_input_embeddings().weight
+        weight.register_hook(lambda grad: torch.full_like(grad, float("inf")) if trainer.state.global_step == 0 else None)
+
+    weights = []
+
+    class Snapshot(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.on_step_end(args, state, control)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            weights.append(torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()]))
+
+    trainer.add_callback(Snapshot())
+    with caplog.at_level("WARNING", logger="trl_starpo.nonfinite"):
+        trainer.train()
+    assert trainer.nonfinite_guard.skipped_steps == [1]
+    assert "Step 1: the loss or the gradients are not finite" in caplog.text
+    assert torch.equal(weights[1], weights[0])  # step 1 changed nothing ...
+    assert not torch.equal(weights[2], weights[1]) and torch.isfinite(weights[2]).all()  # ... and step 2 trained
+    assert {state["step"].item() for state in trainer.optimizer.state_dict()["state"].values()} == {1.0}
+    logged = [entry["nonfinite/skipped"] for entry in trainer.state.log_history if "nonfinite/skipped" in entry]
+    assert logged == [1.0, 0.0]

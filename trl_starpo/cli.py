@@ -55,6 +55,7 @@ TABLE_COLUMNS = (
     ("turns", "turns", "{:.2f}"),
     ("valid actions", "action_validity", "{:.3f}"),
     ("format errors", "format_error_rate", "{:.3f}"),
+    ("env errors", "env_errors", "{}"),
 )
 
 
@@ -127,14 +128,15 @@ def _eval(args: argparse.Namespace) -> int:
         raise CommandError("--policy model needs --model (a local folder or a Hub id).")
     env_kwargs = _environment_kwargs(args.env_kwargs)
     splits = {name: _load_split(name, args.split, args.tasks) for name in environments}
-    _check_baselines(policies, environments, env_kwargs)
-
     model_path = None
     if "model" in policies:
         from .models import resolve_model_path
 
         model_path = resolve_model_path(args.model)
-    settings = _settings(args, model_path)
+    settings = _settings(args, model_path)  # refuses impossible episode limits before a model loads
+    scripted = [make_policy(name) for name in policies if name != "model"]
+    for name in environments:
+        _check_environment(name, env_kwargs, scripted)
     results = []
     for policy_name in policies:
         policy = make_policy(
@@ -164,22 +166,44 @@ def _eval(args: argparse.Namespace) -> int:
                 _save_eval_trajectories(result, Path(args.save_trajectories))
     rows = [result.to_dict() for result in results]
     print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2) if args.json else format_table(rows))
-    return 0
+    return _report_environment_errors(results)
 
 
-def _check_baselines(policies: list[str], environments: list[str], env_kwargs: dict) -> None:
-    """Refuse, before anything is played, a baseline that an environment cannot support."""
+def _check_environment(name: str, env_kwargs: dict, scripted=(), flag: str = "--env-kwargs") -> None:
+    """Build one ``name`` environment before anything is played: refuse keyword arguments it rejects, and a
+    baseline policy it cannot support."""
     from .envs import load_environment
-    from .evaluation import make_policy
 
-    scripted = [make_policy(name) for name in policies if name != "model"]
-    for name in environments if scripted else []:
+    try:
         env = load_environment(name, **env_kwargs)
-        try:
-            for policy in scripted:
-                policy.check(env)
-        finally:
-            env.close()
+    except Exception as error:  # the environment's own code: whatever it raises is the user's input to fix
+        given = f" with {flag} {json.dumps(env_kwargs)}" if env_kwargs else ""
+        raise CommandError(f"Environment {name!r} cannot be built{given}: {_one_line(error)}") from None
+    try:
+        for policy in scripted:
+            policy.check(env)
+    finally:
+        env.close()
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _report_environment_errors(results) -> int:
+    """Warn about episodes whose environment failed (one line per evaluation); 1 when one had no other episode."""
+    code = 0
+    for result in results:
+        if not result.env_errors:
+            continue
+        failed_all = result.env_errors == result.episodes
+        kind = "error" if failed_all else "warning"
+        print(f"trl-starpo eval: {kind}: {result.environment} ({result.policy}): {result.env_errors} of "
+              f"{result.episodes} episodes failed in the environment, e.g. {result.first_env_error}",
+              file=sys.stderr)
+        code = code or int(failed_all)
+    return code
 
 
 def _save_eval_trajectories(result, folder: Path) -> None:
@@ -201,6 +225,7 @@ def _play(args: argparse.Namespace) -> int:
         raise CommandError(f"--task must be between 0 and {len(tasks) - 1} for the {args.split} split.")
     task = dict(tasks[args.task])
     env_kwargs = _environment_kwargs(args.env_kwargs)
+    _check_environment(args.env, env_kwargs)
     if args.model:
         from .evaluation import make_policy
         from .models import resolve_model_path
@@ -212,7 +237,7 @@ def _play(args: argparse.Namespace) -> int:
     else:
         settings = _settings(args, None)
         trajectory = play_human(args.env, task, settings, environment_kwargs=env_kwargs)
-    return 0 if trajectory is not None else 1
+    return 0 if trajectory is not None and trajectory.env_error is None else 1
 
 
 # ----------------------------------------------------------------------------------------------------- train
@@ -225,7 +250,7 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
         raise CommandError(
             f"Unknown environment {args.env!r}. Installed environments: {', '.join(list_environments()) or 'none'}."
         )
-    from .recipes import run
+    from .recipes import parse_arguments, train
 
     argv = list(extra)
     if args.config:
@@ -234,7 +259,12 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
         argv += ["--model_name_or_path", args.model]
     if args.preset:
         argv += ["--preset", args.preset]
-    run(environment=args.env, argv=argv)
+    try:  # a configuration that cannot work is one line; errors of the run itself keep their tracebacks
+        recipe, config, model_args = parse_arguments(argv)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    _check_environment(args.env, config.environment_kwargs or {}, flag="--environment_kwargs")
+    train(args.env, recipe, config, model_args)
     return 0
 
 
@@ -244,15 +274,18 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
 def _push(args: argparse.Namespace) -> int:
     from .hub import push_agent
 
-    urls = push_agent(
-        args.checkpoint,
-        repo_id=args.repo_id,
-        trajectories_repo_id=args.trajectories_repo_id,
-        private=args.private,
-        token=args.token,
-        push_trajectories=not args.no_trajectories,
-        commit_message=args.commit_message,
-    )
+    try:
+        urls = push_agent(
+            args.checkpoint,
+            repo_id=args.repo_id,
+            trajectories_repo_id=args.trajectories_repo_id,
+            private=args.private,
+            token=args.token,
+            push_trajectories=not args.no_trajectories,
+            commit_message=args.commit_message,
+        )
+    except OSError as error:  # the Hub's answers (HfHubHTTPError) and network failures
+        raise CommandError(f"the Hub refused or could not be reached: {_one_line(error)}") from None
     for kind, url in urls.items():
         print(f"{kind}: {url}")
     return 0

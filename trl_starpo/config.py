@@ -11,8 +11,8 @@ from trl import GRPOConfig
 from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
+from .evaluation import RolloutSettings
 from .presets import PRESETS
-from .rollout.env_calls import check_env_timeout
 
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
@@ -243,6 +243,7 @@ class StarPOConfig(GRPOConfig):
             self.thinking_critic = False  # a preset's thinking critic has nothing to score in answer-only turns
         self.max_completion_length = self.max_context_length
         self.environment_kwargs = parse_environment_kwargs(self.environment_kwargs)
+        self._validate_sampling_and_batch_fields()  # before GRPOConfig's, which divides by some of them
         apply_cpu_defaults(self)
         super().__post_init__()
         self._validate_starpo_fields()
@@ -255,26 +256,26 @@ class StarPOConfig(GRPOConfig):
             if getattr(self, name) is None:
                 setattr(self, name, value)
 
-    def _validate_starpo_fields(self) -> None:
-        positive = ("max_turns", "max_actions_per_turn", "max_tokens_per_turn", "max_context_length")
-        for name in positive:
+    def _validate_sampling_and_batch_fields(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(
+                f"temperature must be > 0, got {self.temperature}: rollouts are sampled, and greedy ones make every "
+                "trajectory of a group alike, with nothing to learn from; use e.g. temperature=1.0."
+            )
+        for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_iterations"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.max_actions_per_trajectory is not None and self.max_actions_per_trajectory < 1:
+        for name in ("steps_per_generation", "generation_batch_size", "num_generations_eval"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1 (or None), got {getattr(self, name)}.")
+        if self.num_generations < 2:
             raise ValueError(
-                f"max_actions_per_trajectory must be at least 1 (or None), got {self.max_actions_per_trajectory}."
+                f"num_generations must be at least 2, got {self.num_generations}: advantages compare the "
+                "trajectories of a group."
             )
-        if self.max_context_length <= self.max_tokens_per_turn:
-            raise ValueError(
-                f"max_context_length ({self.max_context_length}) must exceed max_tokens_per_turn "
-                f"({self.max_tokens_per_turn}) to leave room for the prompt; raise max_context_length."
-            )
-        for name in ("format_penalty", "invalid_action_penalty"):
-            if getattr(self, name) > 0:
-                raise ValueError(f"{name} must be <= 0 (a penalty), got {getattr(self, name)}.")
-        if not self.action_separator:
-            raise ValueError("action_separator must be a non-empty string, for example '||'.")
-        check_env_timeout(self.env_timeout)
+
+    def _validate_starpo_fields(self) -> None:
+        RolloutSettings.from_config(self)  # validates the episode limits and the answer format
         if min(self.thinking_loss_weight, self.action_loss_weight) < 0:
             raise ValueError("thinking_loss_weight and action_loss_weight must be >= 0.")
         if self.thinking_loss_weight == 0 and self.action_loss_weight == 0:

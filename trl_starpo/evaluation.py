@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .trajectory import Trajectory, Turn
+from .rollout.env_calls import check_env_timeout
 
 AGENT_FILE = "starpo_agent.json"
 """Written beside a saved agent (see ``trl_starpo.callbacks``): its environment, preset and rollout settings."""
@@ -51,6 +52,26 @@ class RolloutSettings:
     invalid_action_penalty: float | None = None  # None: format_penalty
     action_separator: str = "||"
     env_timeout: float | None = None
+
+    def __post_init__(self):
+        for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn", "max_context_length"):
+            _require_count(name, getattr(self, name))
+        if self.max_actions_per_trajectory is not None:
+            _require_count("max_actions_per_trajectory", self.max_actions_per_trajectory, " (or None)")
+        if self.max_context_length <= self.max_tokens_per_turn:
+            raise ValueError(
+                f"max_context_length ({self.max_context_length}) must exceed max_tokens_per_turn "
+                f"({self.max_tokens_per_turn}) to leave room for the prompt; raise max_context_length."
+            )
+        if not isinstance(self.format_penalty, (int, float)) or self.format_penalty > 0:
+            raise ValueError(f"format_penalty must be <= 0 (a penalty), got {self.format_penalty!r}.")
+        if self.invalid_action_penalty is not None and (
+            not isinstance(self.invalid_action_penalty, (int, float)) or self.invalid_action_penalty > 0
+        ):
+            raise ValueError(f"invalid_action_penalty must be <= 0 (a penalty), got {self.invalid_action_penalty!r}.")
+        if not isinstance(self.action_separator, str) or not self.action_separator:
+            raise ValueError("action_separator must be a non-empty string, for example '||'.")
+        check_env_timeout(self.env_timeout)
 
     @classmethod
     def from_config(cls, config: Any) -> RolloutSettings:
@@ -79,6 +100,13 @@ class RolloutSettings:
     @property
     def action_budget(self) -> int:
         return self.max_actions_per_trajectory or self.max_turns * self.max_actions_per_turn
+
+
+def _require_count(name: str, value: Any, alternative: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}.")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1{alternative}, got {value}.")
 
 
 def read_agent_info(path: str | Path | None) -> dict[str, Any]:
@@ -160,9 +188,22 @@ class ModelPolicy:
         self.model.eval()
         try:
             with torch.no_grad():
-                return self.collector.collect(environments, tasks, generator, groups)
+                trajectories = self.collector.collect(environments, tasks, generator, groups)
         finally:
             self.model.train(was_training)
+        self._check_context(trajectories)
+        return trajectories
+
+    def _check_context(self, trajectories: Sequence[Trajectory]) -> None:
+        """Refuse a ``max_context_length`` that leaves no room for a response after any episode's prompt."""
+        unplayed = [t for t in trajectories if t.truncation == "context" and not t.turns]
+        if trajectories and len(unplayed) == len(trajectories):
+            shortest = min(len(t.token_ids) for t in unplayed)
+            limit = self.settings.max_context_length
+            raise ValueError(
+                f"max_context_length ({limit}) leaves no room to answer: the prompts take {shortest} tokens or more; "
+                f"raise it to at least {shortest + self.settings.max_tokens_per_turn}."
+            )
 
 
 class ScriptedPolicy:
@@ -271,7 +312,8 @@ class EvaluationResult:
     """The outcome of :func:`evaluate`: averaged statistics and the episodes they came from.
 
     ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus
-    ``success_stderr`` (the standard error of the success rate).
+    ``success_stderr`` (the standard error of the success rate). ``env_errors`` counts the episodes whose
+    environment failed (at reset or at a step), ``first_env_error`` is the first one's error.
     """
 
     environment: str
@@ -281,11 +323,14 @@ class EvaluationResult:
     episodes: int
     stats: dict[str, float]
     trajectories: list[Trajectory] = field(default_factory=list, repr=False)
+    env_errors: int = 0
+    first_env_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (without the trajectories)."""
         return {"environment": self.environment, "split": self.split, "policy": self.policy, "model": self.model,
-                "episodes": self.episodes, **self.stats}
+                "episodes": self.episodes, **self.stats, "env_errors": self.env_errors,
+                "first_env_error": self.first_env_error}
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -350,9 +395,11 @@ def evaluate(
     finally:
         bar.close()
         environments.close()
+    errors = [t.env_error for t in trajectories if t.env_error is not None]
     return EvaluationResult(
         environment=name, split=split, policy=policy.name, model=model_name, episodes=count,
-        stats=summarize(trajectories), trajectories=trajectories,
+        stats=summarize(trajectories), trajectories=trajectories, env_errors=len(errors),
+        first_env_error=errors[0] if errors else None,
     )
 
 

@@ -207,8 +207,8 @@ def push_trajectories_to_hub(store, repo_id: str, *, record: AgentRecord | None 
     from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi(token=token)
+    files = dataset_files(store, repo_id=repo_id, record=record, model_repo=model_repo)
     url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
-    files = dataset_files(store, repo_id=url.repo_id, record=record, model_repo=model_repo)
     api.create_commit(
         url.repo_id,
         [CommitOperationAdd(path, content) for path, content in files.items()],
@@ -239,7 +239,7 @@ def agent_files(folder: str | Path, *, repo_id: str, record: AgentRecord | None 
         raise ValueError(f"{folder} holds no safetensors weights (model.safetensors or adapter_model.safetensors).")
     record.adapter = record.adapter or "adapter_config.json" in files
     if PLOT_FILE not in files and (folder / "trainer_state.json").is_file():
-        history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+        history = _log_history(folder / "trainer_state.json")
         with tempfile.TemporaryDirectory() as scratch:
             png = plot_learning_curves(history, Path(scratch) / PLOT_FILE, title=folder.name,
                                        validation=record.validation)
@@ -250,6 +250,16 @@ def agent_files(folder: str | Path, *, repo_id: str, record: AgentRecord | None 
     return files
 
 
+def _log_history(path: Path) -> list[dict[str, Any]]:
+    try:
+        history = json.loads(path.read_text(encoding="utf-8"))["log_history"]
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"{path} is not a readable trainer state: {type(error).__name__}: {error}") from None
+    if not isinstance(history, list) or not all(isinstance(entry, dict) for entry in history):
+        raise ValueError(f"{path} is not a readable trainer state: log_history is not a list of entries.")
+    return history
+
+
 def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: str | None = None,
                push_trajectories: bool = True, private: bool | None = None, token: str | None = None,
                commit_message: str = "Upload StarPO agent") -> dict[str, str]:
@@ -257,33 +267,69 @@ def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: st
 
     The trajectories (``<checkpoint>/trajectories``) go first, to ``trajectories_repo_id`` (default
     ``<repo_id>-trajectories``), so the model card can link them. Returns ``{"model": url, "trajectories": url}``.
+
+    Everything sent is read and built before the first request: a folder without weights, an unreadable
+    ``starpo_agent.json``, ``trainer_state.json`` or store, a repository id without its namespace, or offline mode
+    (``HF_HUB_OFFLINE=1``) raise ``ValueError`` and leave nothing on the Hub.
     """
-    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi, constants
 
     folder = Path(checkpoint)
     if not folder.is_dir():
         raise ValueError(f"No checkpoint folder at {folder}.")
-    record = AgentRecord.load(folder) or AgentRecord()
-    if not AgentRecord.load(folder):
-        logger.warning("%s has no %s: the card will not name the environment or settings.", folder, AGENT_FILE)
+    record = _read_record(folder)
+    store_dir = folder / TRAJECTORY_FOLDER
+    store = _read_store(store_dir) if push_trajectories and _has_store(store_dir) else None
+    if push_trajectories and trajectories_repo_id and store is None:
+        raise ValueError(f"No trajectory store in {store_dir} to push to {trajectories_repo_id}.")
+    _check_repo_id(repo_id)
+    dataset_repo = (trajectories_repo_id or f"{repo_id}-trajectories") if store is not None else None
+    if dataset_repo is not None:
+        _check_repo_id(dataset_repo)
+    linked = dataclasses.replace(record, trajectories_repo=dataset_repo) if dataset_repo else record
+    files = agent_files(folder, repo_id=repo_id, record=linked)
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(f"HF_HUB_OFFLINE is set: pushing needs the Hub. {folder} is ready; push it online.")
+
     api = HfApi(token=token)
     model_url = api.create_repo(repo_id, private=private, exist_ok=True)
     urls = {}
-    store_dir = folder / TRAJECTORY_FOLDER
-    if push_trajectories and _has_store(store_dir):
-        from .store import TrajectoryStore
-
-        dataset_repo = trajectories_repo_id or f"{model_url.repo_id}-trajectories"
+    if dataset_repo is not None:
         urls["trajectories"] = push_trajectories_to_hub(
-            TrajectoryStore.load(store_dir), dataset_repo, record=record, model_repo=model_url.repo_id,
-            token=token, private=private,
+            store, dataset_repo, record=record, model_repo=repo_id, token=token, private=private
         )
-        record.trajectories_repo = dataset_repo
-    elif push_trajectories and trajectories_repo_id:
-        raise ValueError(f"No trajectory store in {store_dir} to push to {trajectories_repo_id}.")
-    files = agent_files(folder, repo_id=model_url.repo_id, record=record)
     operations = [CommitOperationAdd(path, content if isinstance(content, bytes) else str(content))
                   for path, content in files.items()]
     api.create_commit(model_url.repo_id, operations, commit_message=commit_message)
     urls["model"] = str(model_url)
     return urls
+
+
+def _check_repo_id(repo_id: str) -> None:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise ValueError(f"Invalid Hub repository id {repo_id!r}: {error}") from None
+    if "/" not in repo_id:
+        raise ValueError(f"Name the repository with its owner, 'USER/{repo_id}' or 'ORG/{repo_id}'.")
+
+
+def _read_record(folder: Path) -> AgentRecord:
+    try:
+        record = AgentRecord.load(folder)
+    except (OSError, ValueError, TypeError, AttributeError) as error:
+        raise ValueError(f"{folder / AGENT_FILE} is not a readable agent record: {error}") from None
+    if record is None:
+        logger.warning("%s has no %s: the card will not name the environment or settings.", folder, AGENT_FILE)
+    return record or AgentRecord()
+
+
+def _read_store(folder: Path):
+    from .store import TrajectoryStore
+
+    try:
+        return TrajectoryStore.load(folder)
+    except Exception as error:  # whatever a damaged store raises (arrow, json, missing files): refuse the push
+        raise ValueError(f"{folder} is not a readable trajectory store: {type(error).__name__}: {error}") from None

@@ -61,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 STATE_FILE = "echo_trap_state.json"
 """The callback's state inside each ``checkpoint-N`` folder, and in ``output_dir`` at the end of training."""
+MONITOR_STATE_FILE = "monitor_state.json"
+"""``MonitorCallback``'s count of batches (which sets when the probe runs) inside each ``checkpoint-N`` folder."""
 ACTIONS = ("warn", "stop", "rollback")
 
 __all__ = [
@@ -97,15 +99,33 @@ class MonitorCallback(TrainerCallback):
         trainer: The ``StarPOTrainer``.
         probe_every: Batches between probes (the first batch is probed).
         probe_size: Start states per probe; the probe scores ``probe_size ** 2`` sequences.
+        resume_from_checkpoint: Where to restore the batch count from on resume, if not
+            ``output_dir/checkpoint-<step>``.
     """
 
-    def __init__(self, trainer, *, probe_every: int = 10, probe_size: int = 8):
+    def __init__(self, trainer, *, probe_every: int = 10, probe_size: int = 8, resume_from_checkpoint: str | None = None):
         self.trainer = trainer
         self.probe_every = probe_every
         self.probe_size = probe_size
+        self.resume_from_checkpoint = resume_from_checkpoint
         self.batches = 0
         self._seen = trainer.last_trajectories
         self._top_answer: str | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0:
+            folder = self.resume_from_checkpoint or os.path.join(
+                args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            )
+            path = Path(folder, MONITOR_STATE_FILE)
+            if path.is_file():
+                self.batches = int(json.loads(path.read_text())["batches"])
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / MONITOR_STATE_FILE).write_text(json.dumps({"batches": self.batches}))
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
@@ -366,9 +386,11 @@ def add_echo_trap_monitor(
 ) -> EchoTrapCallback:
     """Add ``MonitorCallback`` and ``EchoTrapCallback`` to ``trainer``; returns the ``EchoTrapCallback``.
 
-    ``kwargs`` go to ``EchoTrapCallback`` (``lr_factor``, ``max_rollbacks``, ``cooldown_steps``, ...).
+    ``kwargs`` go to ``EchoTrapCallback`` (``lr_factor``, ``max_rollbacks``, ``cooldown_steps``,
+    ``resume_from_checkpoint``, ...); ``resume_from_checkpoint`` to ``MonitorCallback`` too.
     """
-    trainer.add_callback(MonitorCallback(trainer, probe_every=probe_every, probe_size=probe_size))
+    trainer.add_callback(MonitorCallback(trainer, probe_every=probe_every, probe_size=probe_size,
+                                         resume_from_checkpoint=kwargs.get("resume_from_checkpoint")))
     echo = EchoTrapCallback(trainer, action=action, detectors=detectors, **kwargs)
     trainer.add_callback(echo)
     return echo

@@ -11,6 +11,7 @@ import sys
 from typing import Any, TextIO
 
 from .evaluation import ModelPolicy, RolloutSettings
+from .rollout.collector import step_action
 from .trajectory import Trajectory, Turn
 
 QUIT_WORDS = {"q", "quit", "exit"}
@@ -105,7 +106,12 @@ def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettin
     printer.line("observation", f"{env.action_description}; up to {settings.max_actions_per_turn} a turn, separated "
                                 f"by '{separator}'; 'quit' to stop.", "actions")
     trajectory = Trajectory(task_id=str(task.get("task_id", 0)), group=0)
-    observation, _ = env.reset(seed=task.get("seed"), options={"task": task})
+    try:
+        observation, _ = env.reset(seed=task.get("seed"), options={"task": task})
+    except Exception as error:  # a broken task row or environment ends the episode with its reason, in one line
+        trajectory.env_error, trajectory.truncation = f"{type(error).__name__}: {error}", "env_error"
+        printer.outcome(trajectory)
+        return trajectory
     used = 0
     while not trajectory.done and len(trajectory.turns) < settings.max_turns:
         printer.line("title", f"--- turn {len(trajectory.turns) + 1}/{settings.max_turns} ---")
@@ -130,24 +136,19 @@ def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettin
             if used >= settings.action_budget:
                 break
             used += 1
-            turn.actions.append(action)
-            observation, reward, terminated, truncated, info = env.step(action)
-            turn.reward += float(reward)
-            turn.num_valid_actions += bool(info.get("action_is_valid", True))
-            turn.num_effective_actions += bool(info.get("action_is_effective", True))
-            trajectory.success = bool(info.get("success", False))
+            reward, valid = turn.reward, turn.num_valid_actions
+            observation, episode_over = step_action(trajectory, env, turn, action)
             printer.line("action", action, "action")
-            printer.line("reward", f"{float(reward):+.3f}"
-                                   f"{'' if info.get('action_is_valid', True) else ' (invalid action)'}", "reward")
-            if terminated or truncated:
-                trajectory.terminated = bool(terminated)
-                trajectory.truncation = None if terminated else "env_truncated"
+            if trajectory.env_error is None:
+                printer.line("reward", f"{turn.reward - reward:+.3f}"
+                                       f"{'' if turn.num_valid_actions > valid else ' (invalid action)'}", "reward")
+            if episode_over:
                 break
         if not trajectory.done and used >= settings.action_budget:
             trajectory.truncation = "action_budget"
     if not trajectory.done:
         trajectory.truncation = "max_turns"
-    if not trajectory.terminated:
+    if not trajectory.terminated and trajectory.env_error is None:
         printer.line("observation", observation, "observation")
     printer.outcome(trajectory)
     return trajectory

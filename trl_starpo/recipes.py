@@ -92,7 +92,11 @@ def resume_checkpoint(args: StarPOConfig) -> str | None:
 
 def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
-    recipe, args, model_args = parse_arguments(argv)
+    return train(environment, *parse_arguments(argv))
+
+
+def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_args: ModelConfig):
+    """Train a StarPO agent on ``environment`` from parsed arguments (see :func:`run`); returns validation results."""
     model_name, model_path = resolve_model(model_args, args)
 
     trainer = StarPOTrainer(

@@ -39,6 +39,8 @@ from .algorithms.kl_control import KLEarlyStopping, sampling_kl
 from .config import StarPOConfig
 from .envs import Environment, EnvironmentPool, check_environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
+from .nonfinite import NonFiniteGuard
+from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -145,6 +147,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.value_critic, self.thinking_critic = self._build_critics(args)
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
+        self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
+        self.add_callback(self.nonfinite_guard)
         self._capture_loss_logps = False
         self._generation_start = 0  # the micro-step at which the buffered generation batch was collected
         optimizer_steps_per_batch = args.steps_per_generation * self.num_iterations / args.gradient_accumulation_steps
@@ -475,6 +479,11 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self.kl_early_stopping.observe(kl)
         return loss
 
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        self.nonfinite_guard.observe_loss(loss)
+        return loss
+
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
         logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self._capture_loss_logps:
@@ -550,6 +559,19 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         load_critics(self._critics(), resume_from_checkpoint)
+
+    # A resumed run continues exactly as the uninterrupted one: see trl_starpo/resume.py.
+    def _get_train_sampler(self, dataset=None):
+        return EpochSeededSampler(super()._get_train_sampler(dataset), seed=self.args.seed)
+
+    def _save_rng_state(self, output_dir):
+        super()._save_rng_state(output_dir)
+        save_rollout_state(self, output_dir)
+
+    def _load_rng_state(self, checkpoint):
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            load_rollout_state(self, checkpoint)
 
     def _log_rollouts(self, trajectories, all_returns, all_advantages, group_size: int, mode: str) -> None:
         device = self.accelerator.device

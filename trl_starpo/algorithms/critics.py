@@ -60,9 +60,16 @@ class _OnlineCritic(nn.Module):
         self.optimizer = torch.optim.Adam([p for p in self.parameters() if p.requires_grad], lr=learning_rate)
 
     def _step(self, loss: torch.Tensor) -> None:
+        """One optimizer step on ``loss``; skipped when its gradients are not finite (a NaN return, say), which would
+        otherwise ruin the critic for the rest of the run."""
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        _average_gradients([p for p in self.parameters() if p.requires_grad])
+        parameters = [p for p in self.parameters() if p.requires_grad]
+        _average_gradients(parameters)
+        gradients = [p.grad for p in parameters if p.grad is not None]
+        if gradients and not torch.isfinite(torch.nn.utils.get_total_norm(gradients)):
+            self.optimizer.zero_grad(set_to_none=True)
+            return
         self.optimizer.step()
 
 
