@@ -289,6 +289,9 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
         records.append(record)
         _save_round(model, tokenizer, output, records)
         logger.info("DPO round %d: %s", number, record)
+        if record["turns"] == 0:
+            logger.warning("DPO round %d played no turn (every environment failed at reset); stopping.", number)
+            break
     return model, records
 
 
