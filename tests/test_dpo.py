@@ -188,15 +188,6 @@ def test_pair_masks_follow_the_segments():
     assert row["chosen_mask"] == [int(s in (Segment.THINKING, Segment.ACTION)) for s in segments]
 
 
-@pytest.fixture(scope="module")
-def counter_env(tmp_path_factory):
-    from starpo_testenv import NAME, install_counter_env, register
-
-    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
-    yield NAME
-    undo()
-
-
 @pytest.mark.slow
 def test_dpo_recipe_online_and_from_a_store(counter_env, tiny_agent_dir, tmp_path):
     from trl_starpo.evaluation import AGENT_FILE

@@ -20,15 +20,6 @@ def learning():
     sys.modules.pop(spec.name, None)
 
 
-@pytest.fixture(scope="module")
-def counter_env(tmp_path_factory):
-    from starpo_testenv import NAME, install_counter_env, register
-
-    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
-    yield NAME
-    undo()
-
-
 def test_wilson_intervals(learning):
     # the Wilson score interval of 8/32 by its formula: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
     p, n, z = 0.25, 32, 1.959964
