@@ -40,6 +40,10 @@ Usage
     python benchmarks/learning.py --env all --method all --seed 0
     python benchmarks/learning.py --table                                      # the table, from the records
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
+
+    On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads
+    spin instead of working (an evaluation of two MiniGrid episodes was unfinished after 24 minutes with the default
+    threads at a load of 13 on 2 cores, and took one minute with one thread).
 """
 
 from __future__ import annotations
@@ -157,10 +161,13 @@ def rollout_flags(column: Column) -> list[str]:
     return flags + ["--environment_kwargs", json.dumps(column.environment_kwargs)]
 
 
-def warm_start(environment: str, column: Column, scale: Scale, model: str, workdir: Path, key: str) -> Path:
-    """The SFT warm start of ``environment`` (made once, then reused by every method and seed)."""
+def warm_start(environment: str, column: Column, scale: Scale, model: str, workdir: Path) -> Path:
+    """The SFT warm start of ``environment`` (made once, then reused by every method, seed and budget)."""
     from trl_starpo.recipes import run_sft
 
+    what = [environment, model, column.rollout, column.environment_kwargs, column.sft_episodes, column.sft_epochs,
+            column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate]
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
     folder = workdir / "sft" / f"{environment}-{key}"
     if (folder / "warm_start.json").is_file():
         return folder
@@ -340,10 +347,11 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     marker.write_text(json.dumps({"setting": key}))
 
     curve: list = []
+    start = None
     if method == "untrained":
         trained, tokenizer = load_model(resolve_model_path(model_name))
     else:
-        start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir, key)
+        start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir)
         if method == "sft":
             trained, tokenizer = load_model(str(start))
         elif method == "dpo":
@@ -358,8 +366,9 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     commit, dirty = git_state()
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "model": model_name,
-        "held_out": result, "turns": curve[-1][0] if curve else 0, "updates": len(curve), "budget": column.budget,
-        "curve": curve, "column": dataclasses.asdict(column), "scale": dataclasses.asdict(scale),
+        "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
+        "updates": len(curve), "budget": column.budget, "curve": curve, "column": dataclasses.asdict(column),
+        "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty,
         "machine": f"{os.cpu_count()} CPUs ({platform.machine()})", "wall_s": round(time.time() - started),
         "load": [round(x, 1) for x in os.getloadavg()],
@@ -546,11 +555,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
+    parser.add_argument("--threads", type=int,
+                        help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
     parser.add_argument("--records", type=Path, default=RECORDS, help="Where run records are written.")
     parser.add_argument("--table", action="store_true", help="Only regenerate docs/results.md from the records.")
     parser.add_argument("--smoke", action="store_true",
                         help="Every row on MiniGrid with tiny budgets, into a temporary folder (nothing recorded).")
     args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     if args.table:
         print(regenerate(args.records))
@@ -583,6 +598,7 @@ def main(argv: list[str] | None = None) -> None:
                    "--records", str(args.records)]
         command += ["--budget", str(args.budget)] if args.budget else []
         command += ["--model", args.model] if args.model else []
+        command += ["--threads", str(args.threads)] if args.threads else []
         if subprocess.run(command).returncode != 0:
             failed.append(f"{environment}/{method}/seed {seed}")
     if failed:
