@@ -115,6 +115,17 @@ def counter_env_factory():
     return CounterEnv
 
 
+@pytest.fixture(scope="module")
+def counter_env(tmp_path_factory):
+    """The name of the ``testcounter`` environment, installed and registered through a real entry point (see
+    starpo_testenv.py) for the tests of one module."""
+    from starpo_testenv import NAME, install_counter_env, register
+
+    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
+    yield NAME
+    undo()
+
+
 class ScriptedGenerator:
     """A generation backend that replays fixed responses (text, tokenized once), for exact collector tests."""
 

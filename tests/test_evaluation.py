@@ -5,7 +5,7 @@ import json
 
 import pytest
 from conftest import CounterEnv
-from starpo_testenv import NAME, install_counter_env, register, task_rows
+from starpo_testenv import task_rows
 
 from trl_starpo.evaluation import (
     AGENT_FILE,
@@ -19,13 +19,6 @@ from trl_starpo.evaluation import (
     summarize,
 )
 from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
-
-
-@pytest.fixture(scope="module")
-def counter_env(tmp_path_factory):
-    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
-    yield NAME
-    undo()
 
 
 def test_settings_defaults_are_starpo_config_defaults():

@@ -28,6 +28,10 @@ def test_config_parses(config):
             args=["--config", str(config)]
         )
         assert args.completion_only_loss and args.max_length == args.max_context_length
+    elif config.stem == "dpo":
+        recipe, args, model = parse_dpo(config)
+        assert recipe.environment in trl_starpo.list_environments() and args.max_length is None
+        return
     else:
         recipe, args, model = parse_arguments(["--config", str(config)])
         assert args.max_context_length > args.max_tokens_per_turn
@@ -51,3 +55,27 @@ def test_alfworld_cpu_default_and_its_warm_start_share_the_prompt_and_format():
     shared = ("max_actions_per_turn", "max_context_length", "prefill_opening_tag", "action_separator", "format_penalty")
     assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
     assert rl.environment_kwargs.get("show_admissible", False) == sft.environment_kwargs.get("show_admissible", False)
+
+
+def parse_dpo(config):
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.dpo import TrajectoryDPOConfig
+    from trl_starpo.recipes import DPOArguments
+
+    parser = TrlParser((DPOArguments, TrajectoryDPOConfig, ModelConfig))
+    return parser.parse_args_and_config(args=["--config", str(config)])
+
+
+def test_dpo_config_plays_the_episodes_of_its_warm_start():
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.recipes import EvaluationArguments
+    from trl_starpo.sft import ExpertSFTConfig
+
+    _, dpo, model = parse_dpo(ROOT / "recipes/configs/dpo.yaml")
+    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+        args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
+    )
+    assert dpo.rollout_settings == sft.rollout_settings
+    assert model.model_name_or_path == sft.output_dir

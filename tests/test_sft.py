@@ -4,19 +4,11 @@ import json
 import sys
 
 import pytest
-from starpo_testenv import NAME, PLAIN_NAME, install_counter_env, register, task_rows
+from starpo_testenv import PLAIN_NAME, task_rows
 
 from trl_starpo.evaluation import AGENT_FILE, RolloutSettings
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.sft import ExpertSFTConfig, expert_demonstrations, expert_response
-
-
-@pytest.fixture(scope="module")
-def counter_env(tmp_path_factory):
-    undo = register(install_counter_env(tmp_path_factory.mktemp("envpkg")))
-    yield NAME
-    undo()
-
 
 SETTINGS = RolloutSettings(max_turns=5, max_actions_per_turn=1, max_actions_per_trajectory=5, max_tokens_per_turn=32)
 

@@ -24,12 +24,16 @@ _LAZY = {
     "make_policy": "trl_starpo.evaluation",
     "EchoTrapCallback": "trl_starpo.monitor",
     "add_echo_trap_monitor": "trl_starpo.monitor",
+    "TrajectoryDPOConfig": "trl_starpo.dpo",
+    "TrajectoryDPOTrainer": "trl_starpo.dpo",
+    "preference_pairs": "trl_starpo.dpo",
 }
 
 __all__ = ["Environment", "list_environments", "load_environment", "load_tasks", *_LAZY]
 
 if TYPE_CHECKING:
     from .config import StarPOConfig
+    from .dpo import TrajectoryDPOConfig, TrajectoryDPOTrainer, preference_pairs
     from .evaluation import evaluate, make_policy
     from .models import load_default_model, resolve_model_path
     from .monitor import EchoTrapCallback, add_echo_trap_monitor

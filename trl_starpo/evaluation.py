@@ -109,6 +109,33 @@ def _require_count(name: str, value: Any, alternative: str = "") -> None:
         raise ValueError(f"{name} must be at least 1{alternative}, got {value}.")
 
 
+@dataclass
+class RolloutArguments:
+    """The rollout fields of a config whose training plays or replays StarPO episodes (the SFT warm start, trajectory
+    DPO): the names, defaults and meaning of ``StarPOConfig``'s, so both runs can share one YAML block."""
+
+    max_turns: int = field(default=5, metadata={"help": "Turns per episode before it is truncated."})
+    max_actions_per_turn: int = field(default=2, metadata={"help": "Actions one answer may hold."})
+    max_actions_per_trajectory: int | None = field(default=10, metadata={"help": "Actions sent per episode."})
+    max_tokens_per_turn: int = field(default=128, metadata={"help": "New tokens the model may generate per turn."})
+    max_context_length: int = field(default=2048, metadata={"help": "Tokens per episode, prompt included."})
+    enable_thinking: bool = field(default=True, metadata={"help": "Ask for <think>…</think> before the answer."})
+    prefill_opening_tag: bool = field(default=True, metadata={"help": "The opening tag is a prompt token."})
+    format_penalty: float = field(default=-0.1, metadata={"help": "Reward added to a malformed turn (<= 0)."})
+    invalid_action_penalty: float | None = field(
+        default=None, metadata={"help": "Reward added to a turn with an invalid action (<= 0); default: format_penalty."}
+    )
+    action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
+    env_timeout: float | None = field(
+        default=None, metadata={"help": "Seconds one environment reset or step may take (None: no limit)."}
+    )
+
+    @property
+    def rollout_settings(self) -> RolloutSettings:
+        """These fields as ``RolloutSettings``."""
+        return RolloutSettings.from_config(self)
+
+
 def read_agent_info(path: str | Path | None) -> dict[str, Any]:
     """The contents of ``starpo_agent.json`` of an agent (a local folder, or a Hub id when reachable or cached),
     or ``{}`` when it has none."""

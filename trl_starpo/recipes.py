@@ -201,7 +201,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     from trl import SFTTrainer
 
     from .cards import AgentRecord
-    from .evaluation import ModelPolicy, evaluate as play
+    from .evaluation import ModelPolicy
     from .sft import ExpertSFTConfig, expert_demonstrations
 
     parser = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig))
@@ -243,16 +243,96 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         record.training["sft_demonstrations"] = len(demonstrations)
         if recipe.eval_episodes:
             policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0)
-            for split in recipe.eval_splits:
-                tasks = load_tasks(environment, split=split, source=recipe.tasks)
-                outcome = play(policy, environment, tasks, recipe.eval_episodes,
-                               environment_kwargs=args.environment_kwargs, split=split)
-                results[split] = outcome.stats
-                print(f"{split} after SFT: success {outcome.stats['success']:.3f}, return "
-                      f"{outcome.stats['return']:.3f}, format errors {outcome.stats['format_error_rate']:.3f}")
+            results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
             record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
                                  "temperature": 1.0, "after": results[recipe.eval_splits[0]]}
         record.save(args.output_dir)
         Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
     trainer.accelerator.wait_for_everyone()
+    return results
+
+
+def evaluate_splits(policy, environment: str, recipe: EvaluationArguments, environment_kwargs: dict | None,
+                    when: str) -> dict[str, dict[str, float]]:
+    """Play ``recipe.eval_episodes`` episodes of each of ``recipe.eval_splits`` with ``policy``; print and return
+    each split's statistics."""
+    from .evaluation import evaluate
+
+    results = {}
+    for split in recipe.eval_splits:
+        tasks = load_tasks(environment, split=split, source=recipe.tasks)
+        stats = evaluate(policy, environment, tasks, recipe.eval_episodes, environment_kwargs=environment_kwargs,
+                         split=split).stats
+        results[split] = stats
+        print(f"{split} {when}: success {stats['success']:.3f}, return {stats['return']:.3f}, "
+              f"format errors {stats['format_error_rate']:.3f}")
+    return results
+
+
+@dataclass
+class DPOArguments(EvaluationArguments):
+    """What the trajectory-DPO recipe adds to ``TrajectoryDPOConfig`` and ``ModelConfig``."""
+
+    environment: str = field(default="alfworld", metadata={"help": "The installed environment to play and train on."})
+    trajectories: str | None = field(
+        default=None,
+        metadata={"help": "Train once on the pairs of logged trajectories (a saved store folder, a Parquet file or a "
+                          "Hub dataset id) instead of collecting rounds."},
+    )
+
+
+def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """Trajectory DPO (``recipes/dpo.py``): rounds of collect, pair and train from the model (online), or one
+    training on the pairs of logged trajectories (``--trajectories``).
+
+    ``output_dir`` gets the trained model (a LoRA adapter is merged into it), ``starpo_agent.json`` (its rollout
+    settings, for ``trl-starpo eval``), ``rounds.json`` (one record per online round) and ``validation_results.json``
+    (validation before and after). Returns the validation results.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .cards import AgentRecord
+    from .dpo import TrajectoryDPOConfig, TrajectoryDPOTrainer, store_preference_pairs, train_online
+    from .evaluation import ModelPolicy
+
+    parser = TrlParser((DPOArguments, TrajectoryDPOConfig, ModelConfig))
+    recipe, args, model_args = parser.parse_args_and_config(args=argv)
+    environment = recipe.environment
+    model_name, model_path = resolve_model(model_args, args)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, **(args.model_init_kwargs or {}))
+    peft_config = get_peft_config(model_args)
+
+    def validate(when: str) -> dict[str, dict[str, float]]:
+        if not recipe.eval_episodes:
+            return {}
+        policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature)
+        return evaluate_splits(policy, environment, recipe, args.environment_kwargs, when)
+
+    before = validate("before DPO")
+    if recipe.trajectories:
+        trainer = TrajectoryDPOTrainer(model, args=args, train_dataset=store_preference_pairs(recipe.trajectories),
+                                       processing_class=tokenizer, peft_config=peft_config)
+        trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+        steps = trainer.state.global_step
+    else:
+        tasks = load_tasks(environment, split="train", source=recipe.tasks)
+        model, rounds = train_online(model, tokenizer, environment, tasks, args, peft_config=peft_config)
+        steps = len(rounds)
+    after = validate("after DPO")
+    results = {split: {"before": before[split], "after": after[split]} for split in before}
+
+    model.save_pretrained(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    record = AgentRecord.from_config(args, environments=[environment], base_model=model_name, global_step=steps)
+    if results:
+        primary = recipe.eval_splits[0]
+        record.validation = {"split": primary, "episodes": recipe.eval_episodes, "temperature": args.temperature,
+                             **results[primary]}
+    record.save(args.output_dir)
+    Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
     return results

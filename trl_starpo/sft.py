@@ -18,7 +18,7 @@ from typing import Any
 from trl import SFTConfig
 
 from .config import apply_cpu_defaults, parse_environment_kwargs
-from .evaluation import RolloutSettings
+from .evaluation import RolloutArguments, RolloutSettings
 from .rollout.parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 from .trajectory import Segment, Trajectory
 
@@ -183,7 +183,7 @@ def expert_demonstrations(
 
 
 @dataclass
-class ExpertSFTConfig(SFTConfig):
+class ExpertSFTConfig(SFTConfig, RolloutArguments):
     r"""
     Configuration of the SFT warm start (``recipes/<env>_sft.py``): every [`~trl.SFTConfig`] field, plus the
     demonstrations to play and the rollout settings of the StarPO run that follows. Give both runs the same rollout
@@ -201,21 +201,6 @@ class ExpertSFTConfig(SFTConfig):
     only_successes: bool = field(default=True, metadata={"help": "Train only on episodes the expert won."})
     environment_kwargs: dict | str | None = field(
         default=None, metadata={"help": "Keyword arguments for the environment's `load_environment`."}
-    )
-    max_turns: int = field(default=5, metadata={"help": "Turns per episode, as in the StarPO run."})
-    max_actions_per_turn: int = field(default=2, metadata={"help": "Actions one answer may hold."})
-    max_actions_per_trajectory: int | None = field(default=10, metadata={"help": "Actions per episode."})
-    max_tokens_per_turn: int = field(default=128, metadata={"help": "New tokens per turn; expert responses must fit."})
-    max_context_length: int = field(default=2048, metadata={"help": "Tokens per episode, prompt included."})
-    enable_thinking: bool = field(default=True, metadata={"help": "Demonstrate <think>…</think> before the answer."})
-    prefill_opening_tag: bool = field(default=True, metadata={"help": "The opening tag is a prompt token."})
-    format_penalty: float = field(default=-0.1, metadata={"help": "As in the StarPO run (recorded for evaluation)."})
-    invalid_action_penalty: float | None = field(
-        default=None, metadata={"help": "As in the StarPO run (recorded for evaluation); default: format_penalty."}
-    )
-    action_separator: str = field(default="||", metadata={"help": "Separator between actions in one answer."})
-    env_timeout: float | None = field(
-        default=None, metadata={"help": "Seconds one environment reset or step may take (None: no limit)."}
     )
 
     def __post_init__(self):
@@ -235,7 +220,3 @@ class ExpertSFTConfig(SFTConfig):
                 f"max_length={self.max_length} would cut demonstrations of up to max_context_length="
                 f"{self.max_context_length} tokens: raise max_length or leave it unset."
             )
-
-    @property
-    def rollout_settings(self) -> RolloutSettings:
-        return RolloutSettings.from_config(self)

@@ -1,0 +1,621 @@
+"""Success Rate Comparison at CPU scale: does RL lift an SFT-warm-started agent on held-out tasks?
+
+The specification's table (`shared/reference/starpo-spec.txt`, "Success Rate Comparison") compares PPO, DPO, StarPO and
+StarPO-S on ALFWorld, WebShop, HotPotQA and MiniGrid. This script makes that comparison with the embedded
+SmolLM2-135M-Instruct on a CPU, one (method, environment, seed) run at a time, each resumable, and regenerates the
+table of docs/results.md from the run records it commits.
+
+Protocol (``COLUMNS`` and ``Scale`` below hold every number)
+    Rows: ``untrained`` (the embedded model as it ships), ``sft`` (the warm start), and from that warm start ``ppo``,
+    ``dpo``, ``starpo``, ``starpo-s``, ``starpo-s-ragen`` and ``gigpo`` (the presets of trl_starpo/presets.py; ``dpo``
+    is trl_starpo.dpo's online trajectory DPO).
+    Warm start: one per environment, shared by every method and seed: the environment's expert plays
+    ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
+    (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged. ALFWorld's expert explains
+    its actions (``expert_thinking``), so its turns are ``<think>…</think><answer>…</answer>``; the other three
+    experts do not, so those columns answer directly (``enable_thinking`` off, and with it StarPO-S's thinking critic).
+    Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
+    model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
+    rate, batch (``tasks_per_update`` tasks x ``num_generations`` episodes per update) and rollout settings; the
+    preset sets the rest. A run stops at the first update that reaches the budget. Learning-rate schedules are
+    constant after the preset's warmup, a warmup fraction being of the fewest updates the budget allows (all
+    episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x ``num_generations`` episodes
+    under the same turn budget.
+    Success: on held-out tasks (ALFWorld's ``valid_unseen``, the ``test`` split elsewhere), the first
+    ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run;
+    95% Wilson intervals (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``) on the episodes pooled
+    over seeds. Learning curves: success and return of the training rollouts against the turns spent.
+
+Runs and records
+    Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>/`` (TRL
+    checkpoints every ``save_every`` updates, or DPO's rounds) and resumes from there when restarted with the same
+    settings; a finished run writes its record, a small JSON file, to
+    ``benchmarks/learning_runs/<environment>/<method>-seed<seed>.json`` (held-out success, the curve, the settings'
+    key, the commit). ``--table`` rebuilds docs/results.md's table and ``docs/learning_<environment>.png`` from the
+    committed records alone.
+
+Usage
+    python benchmarks/learning.py --env minigrid --method gigpo --seed 0       # one run (resumes when restarted)
+    python benchmarks/learning.py --env minigrid --method all --seed 0 1 2     # every row, one process per run
+    python benchmarks/learning.py --env all --method all --seed 0
+    python benchmarks/learning.py --table                                      # the table, from the records
+    python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
+
+    On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads
+    spin instead of working (an evaluation of two MiniGrid episodes was unfinished after 24 minutes with the default
+    threads at a load of 13 on 2 cores, and took one minute with one thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDS = ROOT / "benchmarks" / "learning_runs"
+RESULTS_MD = ROOT / "docs" / "results.md"
+WORKDIR = Path.home() / ".cache" / "trl_starpo" / "learning"
+
+METHODS = ("untrained", "sft", "ppo", "dpo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
+PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PROGRESS_FILE = "learning_progress.json"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One environment's protocol: its held-out split, turn budget, rollout settings and warm start."""
+
+    held_out: str
+    budget: int
+    rollout: dict
+    environment_kwargs: dict = field(default_factory=dict)
+    sft_episodes: int = 64
+    sft_epochs: int = 2
+    gradient_checkpointing: bool = False
+
+
+COLUMNS = {
+    "alfworld": Column(
+        held_out="valid_unseen", budget=2560, environment_kwargs={"max_steps": 50}, sft_episodes=48,
+        rollout=dict(max_turns=10, max_actions_per_turn=1, max_actions_per_trajectory=10, max_tokens_per_turn=64,
+                     max_context_length=2048, enable_thinking=True),
+        gradient_checkpointing=True,
+    ),
+    "webshop": Column(
+        held_out="test", budget=1536,
+        rollout=dict(max_turns=6, max_actions_per_turn=1, max_actions_per_trajectory=6, max_tokens_per_turn=48,
+                     max_context_length=3072, enable_thinking=False),
+        gradient_checkpointing=True,
+    ),
+    "hotpotqa": Column(
+        held_out="test", budget=1024, environment_kwargs={"reward": "f1", "max_steps": 7},
+        rollout=dict(max_turns=4, max_actions_per_turn=1, max_actions_per_trajectory=4, max_tokens_per_turn=48,
+                     max_context_length=1280, enable_thinking=False),
+    ),
+    "minigrid": Column(
+        held_out="test", budget=1024,
+        rollout=dict(max_turns=4, max_actions_per_turn=3, max_actions_per_trajectory=12, max_tokens_per_turn=32,
+                     max_context_length=1536, enable_thinking=False),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The knobs shared by every column and method."""
+
+    eval_episodes: int = 32
+    tasks_per_update: int = 2
+    num_generations: int = 4
+    micro_batch: int = 2
+    learning_rate: float = 3e-4
+    lora_r: int = 16
+    sft_learning_rate: float = 1e-3
+    dpo_learning_rate: float = 5e-5
+    dpo_beta: float = 0.1
+    dpo_tasks_per_round: int = 8
+    dpo_epochs: int = 2
+    temperature: float = 1.0
+    save_every: int = 2
+
+    @property
+    def episodes_per_update(self) -> int:
+        return self.tasks_per_update * self.num_generations
+
+
+SMOKE = Scale(eval_episodes=2, tasks_per_update=1, num_generations=2, micro_batch=2, dpo_tasks_per_round=1,
+              dpo_epochs=1, save_every=1)
+
+
+def setting_key(environment: str, column: Column, scale: Scale, model: str) -> str:
+    """A short hash of everything a run's result depends on (the method and seed aside)."""
+    blob = json.dumps([environment, dataclasses.asdict(column), dataclasses.asdict(scale), model], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+# -- the warm start and evaluation ---------------------------------------------------------------------------------
+
+
+def rollout_flags(column: Column) -> list[str]:
+    flags = []
+    for name, value in column.rollout.items():
+        flags += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return flags + ["--environment_kwargs", json.dumps(column.environment_kwargs)]
+
+
+def warm_start(environment: str, column: Column, scale: Scale, model: str, workdir: Path) -> Path:
+    """The SFT warm start of ``environment`` (made once, then reused by every method, seed and budget)."""
+    from trl_starpo.recipes import run_sft
+
+    what = [environment, model, column.rollout, column.environment_kwargs, column.sft_episodes, column.sft_epochs,
+            column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate]
+    key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
+    folder = workdir / "sft" / f"{environment}-{key}"
+    if (folder / "warm_start.json").is_file():
+        return folder
+    print(f"[{environment}] SFT warm start on {column.sft_episodes} expert episodes -> {folder}", flush=True)
+    run_sft(environment, [
+        "--model_name_or_path", model, "--output_dir", str(folder), "--use_peft", "true",
+        "--lora_r", str(scale.lora_r), "--lora_alpha", str(2 * scale.lora_r), "--lora_target_modules", *LORA_TARGETS,
+        "--expert_episodes", str(column.sft_episodes), "--num_train_epochs", str(column.sft_epochs),
+        "--per_device_train_batch_size", "4", "--learning_rate", str(scale.sft_learning_rate),
+        "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+        "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
+        *rollout_flags(column),
+    ])
+    (folder / "warm_start.json").write_text(json.dumps({"setting": key, "base_model": model}))
+    return folder
+
+
+def rollout_settings(column: Column):
+    from trl_starpo.evaluation import RolloutSettings
+
+    return RolloutSettings(**column.rollout)
+
+
+def wilson(successes: int, episodes: int) -> tuple[float, float]:
+    """The 95% Wilson score interval of a success rate."""
+    from scipy.stats import binomtest
+
+    interval = binomtest(successes, episodes).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
+def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
+    """Success of ``model`` on the first ``eval_episodes`` held-out tasks, one episode each."""
+    from trl_starpo import load_tasks
+    from trl_starpo.evaluation import ModelPolicy, evaluate
+
+    policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed)
+    tasks = load_tasks(environment, split=column.held_out)
+    result = evaluate(policy, environment, tasks, scale.eval_episodes, environment_kwargs=column.environment_kwargs)
+    successes = sum(bool(t.success) for t in result.trajectories)
+    return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
+            "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
+            "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"]}
+
+
+def load_model(path: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return AutoModelForCausalLM.from_pretrained(path), tokenizer
+
+
+# -- training -------------------------------------------------------------------------------------------------------
+
+
+def curve_point(turns: int, trajectories) -> list[float]:
+    count = max(len(trajectories), 1)
+    return [turns, round(sum(bool(t.success) for t in trajectories) / count, 4),
+            round(sum(t.episode_return for t in trajectories) / count, 4)]
+
+
+def train_preset(method, environment, column, scale, seed, start: Path, run_dir: Path):
+    """Train the warm start with ``method``'s preset until the turn budget is spent; resumes from ``run_dir``."""
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from trl_starpo import StarPOConfig, StarPOTrainer, load_tasks
+    from trl_starpo.presets import PRESETS
+
+    class Progress(TrainerCallback):
+        """Counts the turns of the training rollouts, stops at the budget, and saves the count with each
+        checkpoint."""
+
+        def __init__(self, curve):
+            self.curve = curve
+
+        @property
+        def turns(self) -> int:
+            return self.curve[-1][0] if self.curve else 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.turns >= column.budget:
+                control.should_training_stop = control.should_save = True
+
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir, f"checkpoint-{state.global_step}")
+            (folder / PROGRESS_FILE).write_text(json.dumps(self.curve))
+
+    class BudgetedTrainer(StarPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                progress.curve.append(curve_point(progress.turns + sum(len(t.turns) for t in self.last_trajectories),
+                                                  self.last_trajectories))
+            return output
+
+    episodes = scale.episodes_per_update
+    fewest_updates = max(1, column.budget // (episodes * column.rollout["max_turns"]))
+    warmup = PRESETS[method].get("warmup_steps", 0.0)
+    last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    progress = Progress(json.loads((Path(last) / PROGRESS_FILE).read_text()) if last else [])
+    args = StarPOConfig(
+        output_dir=str(run_dir), preset=method, seed=seed, num_generations=scale.num_generations,
+        per_device_train_batch_size=scale.micro_batch, gradient_accumulation_steps=episodes // scale.micro_batch,
+        max_steps=max(1, column.budget // episodes), learning_rate=scale.learning_rate,
+        lr_scheduler_type="constant_with_warmup", warmup_steps=round(warmup * fewest_updates) if warmup < 1 else warmup,
+        temperature=scale.temperature, gradient_checkpointing=column.gradient_checkpointing,
+        save_strategy="steps", save_steps=scale.save_every, save_total_limit=1, logging_steps=1, report_to="none",
+        environment_kwargs=column.environment_kwargs, **column.rollout,
+    )
+    lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    trainer = BudgetedTrainer(str(start), environment=environment, args=args, callbacks=[progress],
+                              train_dataset=load_tasks(environment, split="train"), peft_config=lora)
+    if last and progress.turns >= column.budget:
+        trainer._load_from_checkpoint(last)  # finished before its record was written: only the evaluation is left
+    else:
+        trainer.train(resume_from_checkpoint=last)
+    return trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, progress.curve
+
+
+def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
+    """Online trajectory DPO from the warm start until the turn budget is spent; resumes after its last round."""
+    from peft import LoraConfig
+
+    from trl_starpo import load_tasks
+    from trl_starpo.dpo import TrajectoryDPOConfig, train_online
+
+    model, tokenizer = load_model(str(start))
+    args = TrajectoryDPOConfig(
+        output_dir=str(run_dir), seed=seed, rounds=10**6, turn_budget=column.budget,
+        tasks_per_round=scale.dpo_tasks_per_round, num_generations=scale.num_generations,
+        temperature=scale.temperature, beta=scale.dpo_beta, learning_rate=scale.dpo_learning_rate,
+        num_train_epochs=scale.dpo_epochs, per_device_train_batch_size=scale.micro_batch, logging_steps=1,
+        report_to="none", gradient_checkpointing=column.gradient_checkpointing, resume_from_checkpoint="true",
+        environment_kwargs=column.environment_kwargs, **column.rollout,
+    )
+    lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    model, rounds = train_online(model, tokenizer, environment, load_tasks(environment, split="train"), args,
+                                 peft_config=lora)
+    turns, curve = 0, []
+    for record in rounds:
+        turns += record["turns"]
+        curve.append([turns, round(record["success"], 4), round(record["return"], 4)])
+    return model, tokenizer, curve
+
+
+# -- one run --------------------------------------------------------------------------------------------------------
+
+
+def record_path(records: Path, environment: str, method: str, seed: int) -> Path:
+    return records / environment / f"{method}-seed{seed}.json"
+
+
+def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(), model: str | None = None,
+            workdir: Path = WORKDIR, records: Path = RECORDS, column: Column | None = None) -> dict:
+    """Make (or resume) one run and write its record; a run already recorded with these settings is returned."""
+    import torch
+
+    from trl_starpo.models import DEFAULT_MODEL, resolve_model_path
+
+    column = column or COLUMNS[environment]
+    model_name = model or DEFAULT_MODEL
+    key = setting_key(environment, column, scale, model_name)
+    path = record_path(records, environment, method, seed)
+    if path.is_file() and json.loads(path.read_text()).get("setting") == key:
+        return json.loads(path.read_text())
+    started = time.time()
+    torch.manual_seed(seed)
+    run_dir = workdir / "runs" / environment / f"{method}-seed{seed}"
+    marker = run_dir / "setting.json"
+    if run_dir.is_dir() and (not marker.is_file() or json.loads(marker.read_text()).get("setting") != key):
+        shutil.rmtree(run_dir)  # made with other settings: start again
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"setting": key}))
+
+    curve: list = []
+    start = None
+    if method == "untrained":
+        trained, tokenizer = load_model(resolve_model_path(model_name))
+    else:
+        start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir)
+        if method == "sft":
+            trained, tokenizer = load_model(str(start))
+        elif method == "dpo":
+            trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
+        elif method in PRESET_METHODS:
+            trained, tokenizer, curve = train_preset(method, environment, column, scale, seed, start, run_dir)
+        else:
+            raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
+    print(f"[{environment}] {method} seed {seed}: evaluating on {scale.eval_episodes} {column.held_out} tasks",
+          flush=True)
+    result = held_out(trained, tokenizer, environment, column, scale, seed)
+    commit, dirty = git_state()
+    record = {
+        "method": method, "environment": environment, "seed": seed, "setting": key, "model": model_name,
+        "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
+        "updates": len(curve), "budget": column.budget, "curve": curve, "column": dataclasses.asdict(column),
+        "scale": dataclasses.asdict(scale),
+        "recorded": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty,
+        "machine": f"{os.cpu_count()} CPUs ({platform.machine()})", "wall_s": round(time.time() - started),
+        "load": [round(x, 1) for x in os.getloadavg()],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"[{environment}] {method} seed {seed}: held-out success {result['success']:.3f} "
+          f"({result['successes']}/{result['episodes']}) -> {path}", flush=True)
+    return record
+
+
+def git_state() -> tuple[str, str]:
+    """``(commit, dirty)``: HEAD's hash and the first uncommitted paths ('' when clean)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    return git("rev-parse", "HEAD") or "unknown", ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
+
+
+# -- the table ------------------------------------------------------------------------------------------------------
+
+
+def load_records(records: Path = RECORDS) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(records.glob("*/*.json"))]
+
+
+def pooled(runs: list[dict]) -> dict:
+    """Held-out success of a (method, environment) cell, its episodes pooled over seeds."""
+    successes = sum(r["held_out"]["successes"] for r in runs)
+    episodes = sum(r["held_out"]["episodes"] for r in runs)
+    low, high = wilson(successes, episodes)
+    return {"success": successes / episodes, "low": low, "high": high, "episodes": episodes,
+            "seeds": sorted(r["seed"] for r in runs)}
+
+
+def cells(records: list[dict]) -> dict[tuple[str, str], dict]:
+    by_cell: dict[tuple[str, str], list[dict]] = {}
+    for record in records:
+        by_cell.setdefault((record["method"], record["environment"]), []).append(record)
+    return {cell: pooled(runs) for cell, runs in by_cell.items()}
+
+
+def percent(x: float) -> str:
+    return f"{100 * x:.0f}"
+
+
+def markdown(records: list[dict]) -> str:
+    """The generated part of docs/results.md: the table, the lift over SFT, per-run details and the curves."""
+    table = cells(records)
+    environments = list(COLUMNS)
+    lines = [
+        "```bash",
+        "python benchmarks/learning.py --table   # this section, from benchmarks/learning_runs/*/*.json",
+        "```",
+        "",
+        "Held-out success in % with its 95% Wilson interval, episodes pooled over seeds (seeds in parentheses);",
+        "— where no run is recorded yet.",
+        "",
+        "| method | " + " | ".join(environments) + " |",
+        "|---|" + "---:|" * len(environments),
+    ]
+    for method in METHODS:
+        row = []
+        for environment in environments:
+            cell = table.get((method, environment))
+            row.append("—" if cell is None else f"{percent(cell['success'])} [{percent(cell['low'])}–"
+                       f"{percent(cell['high'])}] ({len(cell['seeds'])})")
+        lines.append(f"| `{method}` | " + " | ".join(row) + " |")
+    lines += ["", *lift_lines(table, environments), ""]
+    settings = {(r["environment"], r["setting"]) for r in records}
+    mixed = sorted(e for e in environments if len({s for env, s in settings if env == e}) > 1)
+    if mixed:
+        lines += [f"Warning: the records of {', '.join(mixed)} come from different settings (see their `setting`).", ""]
+    if records:
+        lines += ["Per run (held-out successes / episodes; turns of training and updates or DPO rounds; recorded "
+                  "at commit):", "", "| environment | method | seed | held-out | turns | updates | commit |",
+                  "|---|---|---:|---:|---:|---:|---|"]
+        for r in sorted(records, key=lambda r: (r["environment"], METHODS.index(r["method"]), r["seed"])):
+            h = r["held_out"]
+            lines.append(f"| {r['environment']} | `{r['method']}` | {r['seed']} | {h['successes']}/{h['episodes']} | "
+                         f"{r['turns']} | {r['updates']} | `{r['commit'][:10]}` |")
+        lines.append("")
+    for environment in environments:
+        if any(r["environment"] == environment and r["curve"] for r in records):
+            lines.append(f"![training-rollout success against environment turns, {environment}]"
+                         f"(learning_{environment}.png)")
+    return "\n".join(lines).rstrip()
+
+
+def lift_lines(table: dict, environments: list[str]) -> list[str]:
+    """Which RL methods beat the SFT start by at least 10 points with intervals that do not overlap."""
+    lines = []
+    for environment in environments:
+        sft = table.get(("sft", environment))
+        if sft is None:
+            continue
+        lifted = [
+            f"`{method}` (+{percent(cell['success'] - sft['success'])} points)"
+            for method in METHODS[2:]
+            if (cell := table.get((method, environment))) is not None
+            and cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]
+        ]
+        verdict = ", ".join(lifted) if lifted else "no method"
+        lines.append(f"- {environment}: {verdict} lifts success over the SFT start by at least 10 points with "
+                     "non-overlapping intervals.")
+    for environment in environments:
+        gigpo, starpo_s = table.get(("gigpo", environment)), table.get(("starpo-s", environment))
+        if gigpo is None or starpo_s is None:
+            continue
+        overlap = gigpo["low"] <= starpo_s["high"] and starpo_s["low"] <= gigpo["high"]
+        lines.append(f"- {environment}: `gigpo` {percent(gigpo['success'])}% against `starpo-s` "
+                     f"{percent(starpo_s['success'])}% on the same budget "
+                     f"({'intervals overlap' if overlap else 'intervals do not overlap'}).")
+    return lines
+
+
+SMOOTHING = 5  # updates (or DPO rounds) in the trailing mean of a plotted curve
+
+
+def trailing_mean(values: list[float], window: int = SMOOTHING) -> list[float]:
+    return [sum(values[max(0, i - window + 1) : i + 1]) / (i + 1 - max(0, i - window + 1)) for i in range(len(values))]
+
+
+def plot(records: list[dict], environment: str, path: Path) -> Path | None:
+    runs = [r for r in records if r["environment"] == environment and r["curve"]]
+    if not runs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4))
+    colors = dict(zip(METHODS, plt.rcParams["axes.prop_cycle"].by_key()["color"] * 2))
+    labelled = set()
+    for run in sorted(runs, key=lambda r: (METHODS.index(r["method"]), r["seed"])):
+        turns, success = [p[0] for p in run["curve"]], trailing_mean([p[1] for p in run["curve"]])
+        label = None if run["method"] in labelled else run["method"]
+        labelled.add(run["method"])
+        axis.plot(turns, success, color=colors[run["method"]], alpha=0.8, linewidth=1.2, label=label)
+    axis.set_xlabel("environment turns spent")
+    axis.set_ylabel(f"training-rollout success (trailing mean of {SMOOTHING})")
+    axis.set_title(f"{environment}: learning curves (one line per seed)")
+    axis.set_ylim(-0.02, 1.02)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def write_results(block: str, results_md: Path = RESULTS_MD) -> None:
+    """Replace the generated block of docs/results.md (between its markers), leaving the rest as it is."""
+    begin = "<!-- learning:begin (generated by benchmarks/learning.py --table) -->"
+    end = "<!-- learning:end -->"
+    text = results_md.read_text() if results_md.exists() else "# Results\n"
+    if begin not in text or end not in text:
+        text = text.rstrip() + f"\n\n{begin}\n{end}\n"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    results_md.write_text(f"{head}{begin}\n{block}\n{end}{tail}")
+
+
+def regenerate(records_dir: Path = RECORDS, results_md: Path = RESULTS_MD) -> str:
+    """The table and curves from the records alone."""
+    records = load_records(records_dir)
+    for environment in COLUMNS:
+        plot(records, environment, results_md.parent / f"learning_{environment}.png")
+    block = markdown(records)
+    write_results(block, results_md)
+    return block
+
+
+# -- main -----------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", nargs="+", default=["minigrid"], help=f"Columns: {', '.join(COLUMNS)} or all.")
+    parser.add_argument("--method", nargs="+", default=["all"], help=f"Rows: {', '.join(METHODS)} or all.")
+    parser.add_argument("--seed", nargs="+", type=int, default=[0])
+    parser.add_argument("--budget", type=int, help="Turns per training run (default: the column's).")
+    parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
+    parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
+    parser.add_argument("--threads", type=int,
+                        help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
+    parser.add_argument("--records", type=Path, default=RECORDS, help="Where run records are written.")
+    parser.add_argument("--table", action="store_true", help="Only regenerate docs/results.md from the records.")
+    parser.add_argument("--smoke", action="store_true",
+                        help="Every row on MiniGrid with tiny budgets, into a temporary folder (nothing recorded).")
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+    if args.table:
+        print(regenerate(args.records))
+        return
+    environments = list(COLUMNS) if args.env == ["all"] else args.env
+    methods = list(METHODS) if args.method == ["all"] else args.method
+    for name in environments:
+        if name not in COLUMNS:
+            parser.error(f"unknown environment {name!r}; choose from {', '.join(COLUMNS)}")
+    for name in methods:
+        if name not in METHODS:
+            parser.error(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    if args.smoke:
+        smoke(args.model)
+        return
+    runs = [(e, m, s) for e in environments for s in args.seed for m in methods]
+    if len(runs) == 1:
+        environment, method, seed = runs[0]
+        column = COLUMNS[environment]
+        if args.budget:
+            column = dataclasses.replace(column, budget=args.budget)
+        run_one(method, environment, seed, scale=dataclasses.replace(Scale(), eval_episodes=args.eval_episodes),
+                model=args.model, workdir=args.workdir, records=args.records, column=column)
+        return
+    # One process per run: a run that fails or runs out of memory costs only itself, and frees all it held.
+    failed = []
+    for environment, method, seed in runs:
+        command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed),
+                   "--eval-episodes", str(args.eval_episodes), "--workdir", str(args.workdir),
+                   "--records", str(args.records)]
+        command += ["--budget", str(args.budget)] if args.budget else []
+        command += ["--model", args.model] if args.model else []
+        command += ["--threads", str(args.threads)] if args.threads else []
+        if subprocess.run(command).returncode != 0:
+            failed.append(f"{environment}/{method}/seed {seed}")
+    if failed:
+        sys.exit(f"Failed runs (rerun them to resume): {'; '.join(failed)}")
+
+
+def smoke(model: str | None) -> None:
+    """Every row on MiniGrid, one or two updates each, two held-out episodes: the whole pipeline, in minutes."""
+    column = dataclasses.replace(COLUMNS["minigrid"], budget=8, sft_episodes=4, sft_epochs=1)
+    with tempfile.TemporaryDirectory() as folder:
+        for method in METHODS:
+            record = run_one(method, "minigrid", 0, scale=SMOKE, model=model, workdir=Path(folder) / "work",
+                             records=Path(folder) / "records", column=column)
+            print(f"smoke {method}: {record['updates']} updates, {record['turns']} turns, held-out "
+                  f"{record['held_out']['successes']}/{record['held_out']['episodes']}", flush=True)
+        print(markdown(load_records(Path(folder) / "records")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""benchmarks/learning.py end to end on the tiny model and a test environment: every row, resume, the table."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def learning():
+    spec = importlib.util.spec_from_file_location("learning_benchmark", ROOT / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+def test_wilson_intervals(learning):
+    # the Wilson score interval of 8/32 by its formula: (p + z^2/2n -+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)
+    p, n, z = 0.25, 32, 1.959964
+    center, half = p + z * z / (2 * n), z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    expected = ((center - half) / (1 + z * z / n), (center + half) / (1 + z * z / n))
+    assert learning.wilson(8, 32) == pytest.approx(expected, abs=1e-5)
+    assert learning.wilson(0, 32)[0] == 0.0
+
+
+@pytest.mark.slow
+def test_every_row_resumes_and_the_table_comes_from_the_records(
+    learning, counter_env, tiny_model_dir, tmp_path, monkeypatch
+):
+    column = learning.Column(
+        held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
+        rollout=dict(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3, max_tokens_per_turn=24,
+                     max_context_length=512, enable_thinking=True),
+    )
+    monkeypatch.setitem(learning.COLUMNS, counter_env, column)
+    work, records, results = tmp_path / "work", tmp_path / "records", tmp_path / "docs" / "results.md"
+    results.parent.mkdir()
+    results.write_text("# Results\n\n## Earlier section\n\nkept\n")
+    common = dict(scale=learning.SMOKE, model=tiny_model_dir, workdir=work, records=records, column=column)
+
+    # a run that dies after its first update resumes from its checkpoint
+    from trl_starpo import StarPOTrainer
+
+    original, calls = StarPOTrainer._generate_and_score_completions, []
+
+    def dies_on_the_second_generation(self, inputs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return original(self, inputs)
+
+    monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", dies_on_the_second_generation)
+    with pytest.raises(KeyboardInterrupt):
+        learning.run_one("gigpo", counter_env, 0, **common)
+    run_dir = work / "runs" / counter_env / "gigpo-seed0"
+    saved = json.loads((run_dir / "checkpoint-1" / learning.PROGRESS_FILE).read_text())
+    assert len(saved) == 1
+    monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", original)
+    resumed = learning.run_one("gigpo", counter_env, 0, **common)
+    assert resumed["curve"][0] == saved[0] and resumed["turns"] >= column.budget > resumed["curve"][-2][0]
+
+    for method in learning.METHODS:
+        record = learning.run_one(method, counter_env, 0, **common)
+        assert record["held_out"]["episodes"] == 2 and record["setting"] == resumed["setting"]
+        assert bool(record["curve"]) == (method not in ("untrained", "sft"))
+        if record["curve"]:
+            assert record["turns"] >= column.budget
+    assert len(list((work / "sft").iterdir())) == 1  # one warm start, shared by every method
+    assert learning.run_one("gigpo", counter_env, 0, **common) == resumed  # recorded: not run again
+
+    block = learning.regenerate(records, results)
+    text = results.read_text()
+    assert "## Earlier section\n\nkept" in text and block in text
+    assert text.count("| `") >= len(learning.METHODS)
+    assert f"| `gigpo` | " in block and (tmp_path / "docs" / f"learning_{counter_env}.png").is_file()
+    # regenerating from the same records gives the same section
+    assert learning.regenerate(records, results) == block
