@@ -81,6 +81,8 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     "starpo-s-ragen": ("starpo-s-ragen", {}),
     # the specification's StarPO-S writes its advantage as reward - value(s) with GAE: the same preset on that estimator
     "starpo-s+gae": ("starpo-s", {"advantage_estimator": "gae"}),
+    # the specification's formulas taken literally: the 2-sigma batch filter and advantage * sigmoid(q)
+    "starpo-s-literal": ("starpo-s", {"trajectory_filter": "outlier", "thinking_scale_rule": "multiplicative"}),
 }
 PRESETS = tuple(ARMS)
 WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
@@ -471,9 +473,10 @@ def plot(records: list[dict], path: Path, steps: int) -> Path:
     """Success (trailing mean of 5 batches) per preset: every seed thin, the median bold, the quartiles shaded."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(13.5, 4.6), dpi=100)
-    axes = figure.subplots(1, len(PRESETS), sharey=True)
-    for ax, preset in zip(axes, PRESETS):
+    arms = [preset for preset in PRESETS if any(r["preset"] == preset for r in records)]
+    figure = Figure(figsize=(3.4 * len(arms) + 0.5, 4.6), dpi=100)
+    axes = figure.subplots(1, len(arms), sharey=True, squeeze=False)[0]
+    for ax, preset in zip(axes, arms):
         runs = [r for r in records if r["preset"] == preset]
         curves = {}
         for record in runs:
@@ -628,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--setting", choices=sorted(SETTINGS), default="grid", help="The task (see the docstring).")
     parser.add_argument("--seeds", type=int, default=10, help="Seeds per preset (0 .. seeds-1).")
     parser.add_argument("--steps", type=int, default=80, help="Optimizer steps per run.")
-    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    parser.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS, help="The study's arms.")
     parser.add_argument("--jobs", type=int, default=2, help="Runs at a time (processes).")
     parser.add_argument("--threads", type=int, default=1, help="Torch threads per run.")
     parser.add_argument("--workdir", type=Path, default=Path.home() / ".cache" / "trl_starpo" / "echo_trap")
