@@ -84,6 +84,17 @@ def step_action(trajectory: Trajectory, env: Environment, turn: Turn, action: st
     return observation, False
 
 
+def _current_state(trajectory: Trajectory) -> str:
+    """The environment's latest observation, without format hints: what the first turn of the trailing run of
+    malformed turns saw (a malformed turn steps nothing, so the state has not changed since)."""
+    first = trajectory.turns[-1]
+    for turn in reversed(trajectory.turns[:-1]):
+        if turn.format_ok:
+            break
+        first = turn
+    return first.observation
+
+
 class RolloutCollector:
     """Collects multi-turn trajectories, token-in/token-out.
 
@@ -271,7 +282,7 @@ class RolloutCollector:
         trajectory.turns.append(turn)
         if not parsed.format_ok:
             turn.reward += self.format_penalty
-            observation = f"Invalid response ({parsed.error}). {self._format_hint()}\n{last_observation}"
+            observation = f"Invalid response ({parsed.error}). {self._format_hint()}\n{_current_state(trajectory)}"
         else:
             observation = self._step_actions(trajectory, env, turn, parsed.actions, actions_used, index)
         if trajectory.done:
