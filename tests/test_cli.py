@@ -32,8 +32,8 @@ def test_eval_baselines_table_and_json(env_path):
     table = cli(env_path, "eval", "--env", NAME, "--policy", "expert", "--split", "test")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].startswith("| environment | split | policy | episodes | success |")
-    assert lines[2].startswith(f"| {NAME} | test | expert | 6 | 1.000 | 0.000 |")
+    assert lines[0].startswith("| environment | split | policy | episodes | success | 95% interval | return |")
+    assert lines[2].startswith(f"| {NAME} | test | expert | 6 | 1.000 | 0.610–1.000 | 1.000 |")
 
 
 def test_eval_model_with_the_tiny_agent(env_path, tiny_agent_dir, tmp_path):

@@ -51,3 +51,14 @@ def test_alfworld_cpu_default_and_its_warm_start_share_the_prompt_and_format():
     shared = ("max_actions_per_turn", "max_context_length", "prefill_opening_tag", "action_separator", "format_penalty")
     assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
     assert rl.environment_kwargs.get("show_admissible", False) == sft.environment_kwargs.get("show_admissible", False)
+
+
+def test_recipes_watch_for_the_echo_trap_unless_told_not_to(tmp_path):
+    from trl_starpo.recipes import parse_arguments
+
+    config = str(ROOT / "recipes/configs/sokoban.yaml")
+    assert parse_arguments(["--config", config])[1].monitor == "warn"
+    assert parse_arguments(["--config", config, "--monitor", "off"])[1].monitor == "off"
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text((ROOT / "recipes/configs/sokoban.yaml").read_text() + "monitor: rollback\n")
+    assert parse_arguments(["--config", str(quiet)])[1].monitor == "rollback"

@@ -50,7 +50,7 @@ TABLE_COLUMNS = (
     ("policy", "policy", "{}"),
     ("episodes", "episodes", "{}"),
     ("success", "success", "{:.3f}"),
-    ("±", "success_stderr", "{:.3f}"),
+    ("95% interval", ("success_low", "success_high"), "{:.3f}–{:.3f}"),
     ("return", "return", "{:.3f}"),
     ("turns", "turns", "{:.2f}"),
     ("valid actions", "action_validity", "{:.3f}"),
@@ -58,14 +58,19 @@ TABLE_COLUMNS = (
 )
 
 
+def _cell(row: dict, keys: str | tuple[str, ...], fmt: str) -> str:
+    values = [row.get(key) for key in ((keys,) if isinstance(keys, str) else keys)]
+    return "-" if any(value is None for value in values) else fmt.format(*values)
+
+
 def format_table(rows: list[dict]) -> str:
-    """A Markdown table of evaluation summaries (``EvaluationResult.to_dict()`` rows)."""
+    """A Markdown table of evaluation summaries (``EvaluationResult.to_dict()`` rows), the success rate with its
+    95% Wilson interval."""
     header = "| " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " |"
     rule = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
     lines = [header, rule]
     for row in rows:
-        cells = [fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in TABLE_COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cell(row, keys, fmt) for _, keys, fmt in TABLE_COLUMNS) + " |")
     models = sorted({row["model"] for row in rows if row.get("model")})
     if models:
         lines.append("")

@@ -261,8 +261,8 @@ class ExpertPolicy(ScriptedPolicy):
 class EvaluationResult:
     """The outcome of :func:`evaluate`: averaged statistics and the episodes they came from.
 
-    ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus
-    ``success_stderr`` (the standard error of the success rate).
+    ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus ``success_low``
+    and ``success_high``, the 95% Wilson interval of the success rate.
     """
 
     environment: str
@@ -279,16 +279,32 @@ class EvaluationResult:
                 "episodes": self.episodes, **self.stats}
 
 
+def success_interval(success_rate: float, episodes: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a success rate measured over ``episodes`` episodes; NaNs without episodes.
+
+    Unlike the normal approximation (``p ± 1.96 sqrt(p(1-p)/n)``), it does not shrink to a point at 0 or 1
+    successes out of a few episodes: 0/4 gives [0, 0.49].
+    """
+    from scipy.stats import binomtest
+
+    if not episodes or math.isnan(success_rate):
+        return float("nan"), float("nan")
+    successes = round(success_rate * episodes)
+    interval = binomtest(successes, episodes).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Mean of each rollout statistic over ``trajectories``, plus ``success_stderr``; NaN when there are none."""
+    """Mean of each rollout statistic over ``trajectories``, plus the 95% Wilson interval of the success rate
+    (``success_low``, ``success_high``); NaN when there are none."""
     from .rollout.metrics import STAT_NAMES, trajectory_stats
 
     if not trajectories:
-        return {**{name: float("nan") for name in STAT_NAMES}, "success_stderr": float("nan")}
+        return {**{name: float("nan") for name in STAT_NAMES}, "success_low": float("nan"),
+                "success_high": float("nan")}
     rows = [trajectory_stats(t) for t in trajectories]
     stats = {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*rows))}
-    p, n = stats["success"], len(trajectories)
-    stats["success_stderr"] = math.sqrt(p * (1 - p) / n)
+    stats["success_low"], stats["success_high"] = success_interval(stats["success"], len(trajectories))
     return stats
 
 

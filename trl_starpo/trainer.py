@@ -10,7 +10,9 @@ after the first prompt) in which only the model's own tokens are trained.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -40,9 +42,11 @@ from .algorithms.critics import (
 )
 from .algorithms.filtering import trajectory_filter_mask
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
+from .callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
+from .monitor import add_echo_trap_monitor
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -64,6 +68,15 @@ def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Envir
     if callable(environment):
         return environment
     raise TypeError(f"environment must be a registered name or a factory, got {type(environment).__name__}.")
+
+
+@contextmanager
+def _quiet_checkpointing_rename():
+    """PEFT (at construction) and TRL's generation context (at every rollout) read
+    ``model.is_gradient_checkpointing``, a name transformers deprecated: a FutureWarning not the user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def episode_return(prompts=None, completions=None, *, episode_return: list[float], **kwargs) -> list[float]:
@@ -106,6 +119,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     _tag_names = ["trl", "starpo", "agent"]
     _name = "StarPO"
 
+    @_quiet_checkpointing_rename()
     def __init__(
         self,
         model,
@@ -153,6 +167,17 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 "kl_early_stop has nothing to stop: every update is the first on its rollouts. It acts when "
                 "num_iterations > 1 or steps_per_generation > gradient_accumulation_steps."
             )
+        self.resumed_from: str | None = None  # the checkpoint folder train() resumes from, for the callbacks
+        attach_agent_callbacks(self)  # the trajectory store, agent files, curves, card and HTML the config asks for
+        if args.monitor != "off":
+            add_echo_trap_monitor(self, action=args.monitor)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """``Trainer.train``; a checkpoint folder resumed from is kept as ``resumed_from``, where the trajectory store
+        and the echo-trap monitor restore their own state from."""
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            self.resumed_from = str(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
         hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
@@ -182,6 +207,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._environments.append(self.environment_factory())
         return self._environments[:size]
 
+    @_quiet_checkpointing_rename()
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
         """Play one episode per task row with the current policy."""
         with (
