@@ -126,3 +126,9 @@ def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path)
         assert (out / name).is_file(), name
     card = (out / "README.md").read_text()
     assert "| before training |" in card and "| after training |" in card and "- Preset: `starpo`" in card
+    assert results["after"]["episodes"] == 2  # the curves' and card's Wilson intervals need the count
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert any(key.startswith("monitor/") for key in history[0])  # the recipes watch for the echo trap
+    # The store's HTML view finds the tokenizer saved beside it, for prompts and the token view.
+    assert main(["html", str(out / "trajectories"), "-o", str(tmp_path / "page.html")]) == 0
+    assert "system prompt and first observation" in (tmp_path / "page.html").read_text()

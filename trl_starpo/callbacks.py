@@ -107,6 +107,7 @@ class TrajectoryStoreCallback(TrainerCallback):
             from .html_export import write_store_html
 
             write_store_html(self.store, Path(args.output_dir, HTML_FILE), sample=self.html_sample,
+                             tokenizer=self.trainer.processing_class,
                              title=f"{self.environment or 'StarPO'} trajectories — {Path(args.output_dir).name}")
 
 

@@ -285,9 +285,24 @@ def _html(args: argparse.Namespace) -> int:
         store = TrajectoryStore.load(args.trajectories)
     except FileNotFoundError as error:
         raise CommandError(str(error)) from None
-    path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title)
+    path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title,
+                            tokenizer=_store_tokenizer(args.trajectories, args.tokenizer))
     print(path)
     return 0
+
+
+def _store_tokenizer(store_folder: str, tokenizer: str | None):
+    """The tokenizer named by --tokenizer, else the one saved beside the store (an output_dir or checkpoint holding
+    ``trajectories/``), else ``None``: the page then shows no prompts or tokens."""
+    from transformers import AutoTokenizer
+
+    folder = Path(store_folder).resolve().parent
+    if tokenizer is None and not (folder / "tokenizer_config.json").is_file():
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(tokenizer or str(folder))
+    except (OSError, ValueError) as error:
+        raise CommandError(f"Cannot load the tokenizer {tokenizer or str(folder)!r}: {error}") from None
 
 
 # ------------------------------------------------------------------------------------------------------ main
@@ -379,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     html.add_argument("--sample", type=int, default=16, help="trajectories to show (default: %(default)s)")
     html.add_argument("--seed", type=int, default=0)
     html.add_argument("--title", default="StarPO trajectories")
+    html.add_argument("--tokenizer", help="model id or folder whose tokenizer shows prompts and tokens (default: the "
+                                          "one saved beside the store, if any)")
     html.set_defaults(func=_html)
     return parser
 

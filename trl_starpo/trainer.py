@@ -295,6 +295,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             advantages = all_advantages[local]
         else:
             advantages = self._gae_advantages(trajectories, batch, hidden, model_mask, local_keep, mode)
+        self._record_advantages(trajectories, advantages, model_mask, local_keep)
         advantages = token_advantages(
             advantages, segments, thinking_weight=self.args.thinking_loss_weight, action_weight=self.args.action_loss_weight
         )
@@ -311,6 +312,15 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self._metrics[mode]["filter/kept_fraction"].append(keep.float().mean().item())
         self._log_rollouts(trajectories, all_returns, all_advantages, group_size, mode)
         return output
+
+    @staticmethod
+    def _record_advantages(trajectories, advantages, model_mask, keep) -> None:
+        """Note on each trajectory its advantage (per trajectory, or the mean over its model tokens) and whether the
+        filter kept it, for the trajectory store and its HTML view."""
+        if advantages.dim() == 2:
+            advantages = (advantages * model_mask).sum(dim=1) / model_mask.sum(dim=1).clamp(min=1)
+        for trajectory, advantage, kept in zip(trajectories, advantages.tolist(), keep.tolist()):
+            trajectory.advantage, trajectory.kept = advantage, bool(kept)
 
     def _completion_hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The policy's last hidden states ``(B, T + 1, H)`` from the state before the first completion token to
