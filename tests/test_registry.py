@@ -41,3 +41,34 @@ def test_task_splits_round_trip_through_jsonl(tmp_path):
     assert isinstance(test, Dataset) and test["seed"] == [3, 4]
     with pytest.raises(ValueError, match="Unknown split 'dev'"):
         load_task_dataset(tmp_path, "dev")
+
+
+def test_reading_a_task_set_prints_no_progress_bars(tmp_path, capfd):
+    import datasets
+
+    for split in ("train", "validation", "test"):
+        write_task_split(tmp_path, split, [{"task_id": f"{split}-{i}", "seed": i} for i in range(3)])
+    assert len(load_task_dataset(tmp_path, "validation")) == 3  # new files: the json builder generates every split
+    assert "Generating" not in capfd.readouterr().err
+    assert not datasets.utils.are_progress_bars_disabled()  # the user's own setting is left as it was
+
+
+def test_task_split_sizes_are_counted_without_importing_the_package():
+    import json
+    import subprocess
+    import sys
+
+    from trl_starpo.envs.registry import task_split_sizes
+
+    code = ("import json, sys; from trl_starpo.envs.registry import task_split_sizes; "
+            "print(json.dumps([task_split_sizes('hotpotqa'), 'starpo_hotpotqa' in sys.modules]))")
+    sizes, imported = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                check=True).stdout)
+    assert sizes == {"train": 1000, "validation": 200, "test": 200} and not imported  # corpus.jsonl is no split
+    assert task_split_sizes("alfworld") == {"train": 300, "valid_seen": 60, "valid_unseen": 60}
+    assert {k: len(v) for k, v in trl_starpo.load_tasks("sokoban").items()} == task_split_sizes("sokoban")
+
+
+def test_a_misspelt_environment_gets_a_suggestion():
+    with pytest.raises(ValueError, match=r"Unknown environment 'sokobn'. Did you mean 'sokoban'\?"):
+        trl_starpo.load_environment("sokobn")

@@ -15,7 +15,9 @@ start fast. Errors a user can fix (an unknown environment, split, model or polic
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,11 +33,14 @@ class CommandError(Exception):
 
 def _envs(_: argparse.Namespace) -> int:
     from .envs import list_environments, load_tasks
+    from .envs.registry import task_split_sizes
 
     for name in list_environments():
         try:
-            tasks = load_tasks(name)
-            counts = ", ".join(f"{split}={len(ds)}" for split, ds in tasks.items())
+            # Counted in the package's data files, without importing it; a package that keeps its tasks elsewhere
+            # is asked for them.
+            sizes = task_split_sizes(name) or {split: len(ds) for split, ds in load_tasks(name).items()}
+            counts = ", ".join(f"{split}={size}" for split, size in sizes.items())
         except Exception as error:  # one broken package must not hide the others
             counts = f"(tasks unavailable: {type(error).__name__}: {str(error).splitlines()[0][:100]})"
         print(f"{name:<12} {counts}")
@@ -114,20 +119,16 @@ def _load_split(environment: str, split: str, source: str | None):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .envs import list_environments
     from .evaluation import POLICIES, evaluate, make_policy
 
     environments = [name for value in args.env for name in value.split(",") if name]
-    known = list_environments()
     for name in environments:
-        if name not in known:
-            raise CommandError(
-                f"Unknown environment {name!r}. Installed environments: {', '.join(known) or 'none'}."
-            )
+        _check_environment(name)
     policies = [p for value in args.policy for p in value.split(",") if p]
     for policy in policies:
         if policy not in POLICIES:
-            raise CommandError(f"Unknown policy {policy!r}; choose among {', '.join(POLICIES)}.")
+            raise CommandError(f"Unknown policy {policy!r};{_did_you_mean(policy, POLICIES)} choose among "
+                               f"{', '.join(POLICIES)}.")
     if "model" in policies and not args.model:
         raise CommandError("--policy model needs --model (a local folder or a Hub id).")
     env_kwargs = _environment_kwargs(args.env_kwargs)
@@ -224,13 +225,10 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, extra: list[str]) -> int:
-    from .envs import list_environments
+    _check_environment(args.env)
+    from .recipes import recipe_parser, run
 
-    if args.env not in list_environments():
-        raise CommandError(
-            f"Unknown environment {args.env!r}. Installed environments: {', '.join(list_environments()) or 'none'}."
-        )
-    from .recipes import run
+    _check_flags(recipe_parser(), extra, "train")
 
     argv = list(extra)
     if args.config:
@@ -308,6 +306,61 @@ def _store_tokenizer(store_folder: str, tokenizer: str | None):
 # ------------------------------------------------------------------------------------------------------ main
 
 
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" did you mean {close[0]!r}?" if close else ""
+
+
+def _check_environment(name: str) -> None:
+    from .envs import list_environments
+    from .envs.registry import unknown_environment
+
+    if name not in list_environments():
+        raise CommandError(str(unknown_environment(name)))
+
+
+def _flag_key(flag: str) -> str:
+    """A flag's name, spelling aside: ``--max-turns=3`` and ``--max_turns`` are both ``max_turns``."""
+    return flag.split("=", 1)[0].lstrip("-").replace("-", "_")
+
+
+def _canonical_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with every ``--flag`` spelled as ``parser`` defines it, so that ``--max_turns`` and ``--max-turns``
+    are the same flag in every subcommand."""
+    spelled = {_flag_key(option): option for action in parser._actions for option in action.option_strings}
+    canonical = []
+    for word in argv:
+        if word == "--":
+            return canonical + argv[len(canonical):]
+        if word.startswith("--") and _flag_key(word) in spelled:
+            name, sep, value = word.partition("=")
+            word = spelled[_flag_key(name)] + sep + value
+        canonical.append(word)
+    return canonical
+
+
+def _check_flags(parser: argparse.ArgumentParser, argv: list[str], command: str) -> None:
+    """Refuse a flag ``parser`` does not know, naming the closest one it does."""
+    known = {_flag_key(option) for action in parser._actions for option in action.option_strings}
+    for word in argv:
+        if word.startswith("--") and _flag_key(word) not in known:
+            close = difflib.get_close_matches(_flag_key(word), sorted(known), n=1)
+            hint = f"; did you mean --{close[0]}?" if close else f"; see trl-starpo {command} --help"
+            raise CommandError(f"unrecognized argument {word.split('=', 1)[0]}{hint}")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows flags in one spelling, with underscores as TRL's scripts write them (``--max_turns``); dashes work too."""
+
+    def _format_action_invocation(self, action):
+        text = super()._format_action_invocation(action)
+        return re.sub(r"--[\w-]+", lambda match: "--" + match.group(0)[2:].replace("-", "_"), text)
+
+    def _format_usage(self, *args, **kwargs):
+        text = super()._format_usage(*args, **kwargs)
+        return re.sub(r"--[\w-]+", lambda match: "--" + match.group(0)[2:].replace("-", "_"), text)
+
+
 def _add_rollout_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("episode limits (default: the agent's starpo_agent.json, else StarPOConfig's)")
     group.add_argument("--max-turns", type=int)
@@ -327,7 +380,8 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``trl-starpo`` argument parser (``train`` passes unknown flags on to the recipe's parser)."""
-    parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.")
+    parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.",
+                                     formatter_class=_HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     commands.add_parser("envs", help="list installed environments and their task counts").set_defaults(func=_envs)
@@ -397,15 +451,28 @@ def build_parser() -> argparse.ArgumentParser:
     html.add_argument("--tokenizer", help="model id or folder whose tokenizer shows prompts and tokens (default: the "
                                           "one saved beside the store, if any)")
     html.set_defaults(func=_html)
+    for subcommand in commands.choices.values():
+        subcommand.formatter_class = _HelpFormatter
+        subcommand.allow_abbrev = False  # a mistyped flag is an error with a suggestion, not a silent prefix match
+    parser.subcommands = commands.choices  # name -> subparser, for the flag spellings
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command in parser.subcommands:
+        argv = _canonical_flags(parser.subcommands[command], argv)
     args, extra = parser.parse_known_args(argv)
     passthrough = getattr(args, "passthrough", False)
     if extra and not passthrough:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        subparser = parser.subcommands[args.command]
+        try:
+            _check_flags(subparser, extra, args.command)
+        except CommandError as error:
+            subparser.error(str(error))
+        subparser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "eval" and args.policy is None:
         args.policy = ["model"]
     # A training run keeps the tracebacks of its errors; the other commands report them in one line.

@@ -399,8 +399,13 @@ def load_agent(model: str | None = None, *, device: str | None = None, dtype: st
             loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = _load_tokenizer(path, loaded)
     except (OSError, ValueError) as error:
-        where = "a local folder" if Path(path).exists() else "a Hub id (offline: it must already be in the cache)"
-        raise ValueError(f"Cannot load model {model!r} from {path!r} as {where}: {error}") from error
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if Path(path).exists():
+            raise ValueError(f"Cannot load model {model!r} from the folder {path!r}: {reason}") from error
+        raise ValueError(
+            f"Cannot load model {model!r}: there is no folder {path!r} in {Path.cwd()}, and it is not a Hub model "
+            f"that can be loaded (offline, it must already be in the cache): {reason}"
+        ) from error
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

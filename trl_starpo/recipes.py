@@ -49,11 +49,16 @@ class RecipeArguments(EvaluationArguments):
     files, are ``StarPOConfig`` fields.)"""
 
 
-def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, StarPOConfig, ModelConfig]:
-    """Parse ``argv`` (the command line by default) and its ``--config`` YAML into the recipe's three dataclasses."""
+def recipe_parser() -> TrlParser:
+    """The recipes' parser: every field of ``RecipeArguments``, ``StarPOConfig`` and ``ModelConfig`` as a flag."""
     parser = TrlParser((RecipeArguments, StarPOConfig, ModelConfig))
     parser.set_defaults(monitor="warn")  # the recipes watch for the echo trap; a YAML key or flag still wins
-    return parser.parse_args_and_config(args=argv)
+    return parser
+
+
+def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, StarPOConfig, ModelConfig]:
+    """Parse ``argv`` (the command line by default) and its ``--config`` YAML into the recipe's three dataclasses."""
+    return recipe_parser().parse_args_and_config(args=argv)
 
 
 def resolve_model(model_args: ModelConfig, args) -> tuple[str, str]:
