@@ -72,3 +72,26 @@ def test_task_split_sizes_are_counted_without_importing_the_package():
 def test_a_misspelt_environment_gets_a_suggestion():
     with pytest.raises(ValueError, match=r"Unknown environment 'sokobn'. Did you mean 'sokoban'\?"):
         trl_starpo.load_environment("sokobn")
+
+
+def test_the_task_split_command_every_package_shares(tmp_path, capsys):
+    from trl_starpo.envs import parse_task_split_args, write_task_splits
+
+    sizes = {"train": 5, "validation": 2, "test": 2}
+    args = parse_task_split_args("python -m starpo_x", sizes, tmp_path / "default",
+                                 argv=["--out-dir", str(tmp_path), "--train-size", "3", "--level", "7"],
+                                 options=lambda parser: parser.add_argument("--level", type=int, default=1))
+    assert args.split_sizes == {"train": 3, "validation": 2, "test": 2} and args.level == 7
+    taken = []  # splits are generated in order, so later ones can avoid what earlier ones took
+
+    def rows(split, count):
+        start = len(taken)
+        taken.extend(range(start, start + count))
+        return [{"task_id": f"{split}-{i}", "seed": i} for i in range(start, start + count)]
+
+    paths = write_task_splits(args.out_dir, ((split, rows(split, n)) for split, n in args.split_sizes.items()))
+    assert [p.name for p in paths] == ["train.jsonl", "validation.jsonl", "test.jsonl"]
+    assert load_task_dataset(tmp_path, "test")["seed"] == [5, 6]
+    assert "wrote 2 tasks to" in capsys.readouterr().out
+    per_level = parse_task_split_args("p", sizes, tmp_path, size_flag="--{split}-per-env", argv=["--test-per-env", "9"])
+    assert per_level.split_sizes["test"] == 9 and per_level.out_dir == tmp_path

@@ -2,5 +2,16 @@
 
 from .base import Environment, TextEnvironment
 from .registry import list_environments, load_environment, load_task_dataset, load_tasks, write_task_split
+from .splits import parse_task_split_args, write_task_splits
 
-__all__ = ["Environment", "TextEnvironment", "list_environments", "load_environment", "load_task_dataset", "load_tasks", "write_task_split"]
+__all__ = [
+    "Environment",
+    "TextEnvironment",
+    "list_environments",
+    "load_environment",
+    "load_task_dataset",
+    "load_tasks",
+    "parse_task_split_args",
+    "write_task_split",
+    "write_task_splits",
+]
