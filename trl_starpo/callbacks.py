@@ -168,7 +168,10 @@ def attach_agent_callbacks(
         validation success before and after training.
     """
     args = trainer.args
-    setting = lambda value, name, default: getattr(args, name, default) if value is None else value  # noqa: E731
+    save_trajectories = args.save_trajectories if save_trajectories is None else save_trajectories
+    capacity = args.trajectory_capacity if capacity is None else capacity
+    html_sample = args.html_sample if html_sample is None else html_sample
+    save_agent_files = args.save_agent_files if save_agent_files is None else save_agent_files
     environment = environment or getattr(trainer, "environment_name", None)
     record = AgentRecord(
         environments=[environment] if environment else [],
@@ -179,12 +182,12 @@ def attach_agent_callbacks(
     for callback in list(trainer.callback_handler.callbacks):
         if isinstance(callback, (TrajectoryStoreCallback, AgentFilesCallback)):
             trainer.remove_callback(callback)
-    if setting(save_trajectories, "save_trajectories", True):
+    if save_trajectories:
         trainer.add_callback(TrajectoryStoreCallback(
-            trainer, environment=environment, capacity=setting(capacity, "trajectory_capacity", DEFAULT_CAPACITY),
-            html_sample=setting(html_sample, "html_sample", 16), resume_from_checkpoint=resume_from_checkpoint,
+            trainer, environment=environment, capacity=capacity, html_sample=html_sample,
+            resume_from_checkpoint=resume_from_checkpoint,
         ))
-    if setting(save_agent_files, "save_agent_files", True):
+    if save_agent_files:
         trainer.add_callback(AgentFilesCallback(trainer))
     if progress is None:
         progress = not args.disable_tqdm and trainer.accelerator.is_main_process
