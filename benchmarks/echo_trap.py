@@ -54,7 +54,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import math
 import os
 import platform
 import random
@@ -66,6 +65,8 @@ import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+
+import scipy.stats
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -401,26 +402,17 @@ def classify(record: dict) -> dict:
     }
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+def wilson(k: int, n: int) -> tuple[float, float]:
     """95% Wilson score interval of a proportion ``k / n``."""
     if n == 0:
         return float("nan"), float("nan")
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    interval = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     """Two-sided Fisher exact test p-value of the 2x2 table ``[[a, b], [c, d]]``."""
-    n, row, col = a + b + c + d, a + b, a + c
-
-    def probability(x: int) -> float:
-        return math.comb(col, x) * math.comb(n - col, row - x) / math.comb(n, row)
-
-    observed = probability(a)
-    support = range(max(0, row + col - n), min(row, col) + 1)
-    return min(1.0, sum(p for p in map(probability, support) if p <= observed * (1 + 1e-9)))
+    return float(scipy.stats.fisher_exact([[a, b], [c, d]]).pvalue)
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:

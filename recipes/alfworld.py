@@ -1,7 +1,8 @@
-"""StarPO on ALFWorld (ALFWorld's own engine; offline, generated games in ALFWorld's format over ALFRED's scenes).
+r"""StarPO on ALFWorld (ALFWorld's own engine; offline, generated games in ALFWorld's format over ALFRED's scenes).
 
     accelerate launch recipes/alfworld.py --config recipes/configs/alfworld.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/alfworld.py --config recipes/configs/alfworld.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/alfworld.py --config recipes/configs/alfworld.yaml
     accelerate launch recipes/alfworld.py --config recipes/configs/alfworld.yaml --tasks official  # $ALFWORLD_DATA
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

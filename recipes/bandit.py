@@ -1,7 +1,8 @@
-"""StarPO on the two-armed Bandit (one turn).
+r"""StarPO on the two-armed Bandit (one turn).
 
     accelerate launch recipes/bandit.py --config recipes/configs/bandit.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/bandit.py --config recipes/configs/bandit.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/bandit.py --config recipes/configs/bandit.yaml
     accelerate launch recipes/bandit.py --config recipes/configs/bandit.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

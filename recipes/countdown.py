@@ -1,7 +1,8 @@
-"""StarPO on Countdown (one turn: an arithmetic expression).
+r"""StarPO on Countdown (one turn: an arithmetic expression).
 
     accelerate launch recipes/countdown.py --config recipes/configs/countdown.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/countdown.py --config recipes/configs/countdown.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/countdown.py --config recipes/configs/countdown.yaml
     accelerate launch recipes/countdown.py --config recipes/configs/countdown.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

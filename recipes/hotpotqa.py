@@ -1,7 +1,8 @@
-"""StarPO on HotPotQA in the ReAct setting (offline, fictional encyclopedia; reward: answer F1).
+r"""StarPO on HotPotQA in the ReAct setting (offline, fictional encyclopedia; reward: answer F1).
 
     accelerate launch recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml
     accelerate launch recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

@@ -1,7 +1,8 @@
-"""StarPO on MiniGrid / BabyAI (minigrid engine, BabyAI-Text observations, ten small levels).
+r"""StarPO on MiniGrid / BabyAI (minigrid engine, BabyAI-Text observations, ten small levels).
 
     accelerate launch recipes/minigrid.py --config recipes/configs/minigrid.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/minigrid.py --config recipes/configs/minigrid.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/minigrid.py --config recipes/configs/minigrid.yaml
     accelerate launch recipes/minigrid.py --config recipes/configs/minigrid.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

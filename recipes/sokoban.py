@@ -1,7 +1,8 @@
-"""StarPO on Sokoban (6x6, one box; RAGEN's rewards).
+r"""StarPO on Sokoban (6x6, one box; RAGEN's rewards).
 
     accelerate launch recipes/sokoban.py --config recipes/configs/sokoban.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/sokoban.py --config recipes/configs/sokoban.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/sokoban.py --config recipes/configs/sokoban.yaml
     accelerate launch recipes/sokoban.py --config recipes/configs/sokoban.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

@@ -1,7 +1,8 @@
-"""StarPO on WebShop (offline: a generated store with WebShop's pages, actions and reward).
+r"""StarPO on WebShop (offline: a generated store with WebShop's pages, actions and reward).
 
     accelerate launch recipes/webshop.py --config recipes/configs/webshop.yaml
-    accelerate launch --multi_gpu --num_processes 2 recipes/webshop.py --config recipes/configs/webshop.yaml
+    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
+        recipes/webshop.py --config recipes/configs/webshop.yaml
     accelerate launch recipes/webshop.py --config recipes/configs/webshop.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.

@@ -1,5 +1,6 @@
-"""Run by test_multiprocess.py under `accelerate launch --multi_gpu --num_processes 2`: trains a few StarPO steps
-with one task group split across the two ranks, and writes what each rank saw and ended with."""
+"""Run by test_multiprocess.py on two processes (`accelerate launch --config_file
+recipes/accelerate_configs/multi_gpu.yaml`): trains a few StarPO steps with one task group split across the two
+ranks, and writes what each rank saw and ended with."""
 
 import hashlib
 import json

@@ -33,8 +33,8 @@ def test_eval_baselines_table_and_json(env_path):
     table = cli(env_path, "eval", "--env", NAME, "--policy", "expert", "--split", "test")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].startswith("| environment | split | policy | episodes | success |")
-    assert lines[2].startswith(f"| {NAME} | test | expert | 6 | 1.000 | 0.000 |")
+    assert lines[0].startswith("| environment | split | policy | episodes | success | 95% interval | return |")
+    assert lines[2].startswith(f"| {NAME} | test | expert | 6 | 1.000 | 0.610–1.000 | 1.000 |")
 
 
 def test_eval_model_with_the_tiny_agent(env_path, tiny_agent_dir, tmp_path):
@@ -58,7 +58,14 @@ def test_eval_model_with_the_tiny_agent(env_path, tiny_agent_dir, tmp_path):
         (["eval", "--env", NAME, "--policy", "random", "--split", "dev"], "Unknown split 'dev'"),
         (["eval", "--env", NAME, "--policy", "oracle"], "Unknown policy 'oracle'"),
         (["eval", "--env", NAME], "--policy model needs --model"),
-        (["eval", "--env", NAME, "--model", "/no/such/model"], "Cannot load model '/no/such/model'"),
+        (["eval", "--env", NAME, "--model", "/no/such/model"], "No model folder at '/no/such/model': .* does not exist"),
+        (["eval", "--env", NAME, "--model", "no-such-agent"],
+         "Cannot load model 'no-such-agent': there is no folder 'no-such-agent' in .*, and it is not a Hub model"),
+        (["eval", "--env", "testcountr", "--policy", "random"], "Unknown environment 'testcountr'. Did you mean 'testcounter'"),
+        (["eval", "--env", NAME, "--policy", "randm"], "Unknown policy 'randm'; did you mean 'random'"),
+        (["eval", "--env", NAME, "--policy", "random", "--max_turn", "2"], "unrecognized argument --max_turn; did you mean --max_turns"),
+        (["play", "--env", NAME, "--max-turn", "2"], "unrecognized argument --max-turn; did you mean --max_turns"),
+        (["train", "--env", NAME, "--max_stepz", "2"], "unrecognized argument --max_stepz; did you mean --max_steps"),
         (["eval", "--env", "testplain", "--policy", "expert"], "needs the environment to implement expert_action"),
         (["play", "--env", "nope"], "Unknown environment 'nope'"),
         (["train", "--env", "nope"], "Unknown environment 'nope'"),
@@ -71,6 +78,14 @@ def test_clear_errors(env_path, args, message):
     assert done.returncode == 2
     assert re.search(message, done.stderr), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_every_subcommand_takes_both_flag_spellings(env_path):
+    rows = [json.loads(cli(env_path, "eval", "--env", NAME, "--policy", "expert", *flags, "--json").stdout)
+            for flags in (["--max_turns", "1", "--batch_size", "2"], ["--max-turns=1", "--batch-size", "2"])]
+    assert rows[0] == rows[1] and rows[0]["turns"] == 1.0
+    help_text = cli(env_path, "eval", "--help").stdout
+    assert "--max_turns" in help_text and "--max-turns" not in help_text  # one spelling documented
 
 
 def test_a_person_plays_an_episode(env_path):
@@ -127,6 +142,74 @@ def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path)
         assert (out / name).is_file(), name
     card = (out / "README.md").read_text()
     assert "| before training |" in card and "| after training |" in card and "- Preset: `starpo`" in card
+    assert results["after"]["episodes"] == 2  # the curves' and card's Wilson intervals need the count
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert any(key.startswith("monitor/") for key in history[0])  # the recipes watch for the echo trap
+    # The store's HTML view finds the tokenizer saved beside it, for prompts and the token view.
+    assert main(["html", str(out / "trajectories"), "-o", str(tmp_path / "page.html")]) == 0
+    assert "system prompt and first observation" in (tmp_path / "page.html").read_text()
+
+
+def test_play_edits_the_line_in_a_terminal_and_shows_the_final_state(env_path):
+    """In a terminal the arrow keys edit the line (readline) instead of typing ``^[[D`` into the action."""
+    import pty
+    import select
+    import time
+
+    main_fd, child_fd = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(env_path), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TERM": "xterm"}
+    process = subprocess.Popen([SCRIPT, "play", "--env", NAME, "--task", "1"], stdin=child_fd, stdout=child_fd,
+                               stderr=child_fd, env=env, close_fds=True)
+    os.close(child_fd)
+    output, sent, deadline = b"", False, time.monotonic() + 240
+    while time.monotonic() < deadline:
+        ready = select.select([main_fd], [], [], 1)[0]
+        if ready:
+            try:
+                output += os.read(main_fd, 4096)
+            except OSError:  # the terminal closed with the process
+                break
+        if not sent and b"> " in output:
+            # "ic", left arrow, "n", right arrow, " || inc": "inc || inc" with line editing.
+            os.write(main_fd, b"ic\x1b[Dn\x1b[C || inc\r")
+            sent = True
+        if process.poll() is not None and not ready:
+            break
+    process.kill()
+    process.wait(timeout=60)
+    os.close(main_fd)
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, text
+    assert text.count("action: inc") == 2 and "episode: success" in text
+    assert "final state: The counter is at 2." in text  # the state after the win is shown
+
+
+def test_play_prints_model_output_without_terminal_escape_sequences(monkeypatch, tiny_tokenizer):
+    import io
+
+    from conftest import CounterEnv, ScriptedGenerator
+
+    import trl_starpo.envs
+    from trl_starpo.play import Printer, play_model
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    hostile = "<think>\x1b]52;c;cHduZWQ=\x07clipboard \x1b]0;title\x07 \x1b[2J\x1b[H\r go\x9b31m</think>"
+
+    class Scripted:
+        def play(self, environments, tasks, groups):
+            collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=2, prefill_opening_tag=False)
+            responses = {0: [hostile + "<answer>inc || inc</answer>"]}
+            return collector.collect(environments, tasks, ScriptedGenerator(tiny_tokenizer, responses), groups)
+
+    monkeypatch.setattr(trl_starpo.envs, "load_environment", lambda name, **kwargs: CounterEnv())
+    stream = io.StringIO()
+    trajectory = play_model(Scripted(), "counter", {"task_id": "t", "start": 0, "target": 2},
+                            printer=Printer(stream, color=False))
+    out = stream.getvalue()
+    assert trajectory.success and "thinking: ]52;c;cHduZWQ=clipboard ]0;title [2J[H go31m" in out
+    assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert "final state: The counter is at 2." in out  # the model's winning move is followed by the state
 
 
 @pytest.fixture

@@ -221,3 +221,15 @@ def test_text_after_the_answer_is_cut_off(tiny_tokenizer):
     assert first.format_ok and first.response == GOOD_1
     assert trajectory.token_ids[first.response_start : first.response_end] == ids(tok, GOOD_1)
     assert trajectory.success  # the cut response still acted
+
+
+def test_malformed_turns_in_a_row_show_one_hint_not_a_pile(tiny_tokenizer):
+    tok = tiny_tokenizer
+    (trajectory,), _ = collect(tok, {0: ["no tags", "<think>x</think>", "still nothing", GOOD_1]}, max_turns=4)
+    hint = "Invalid response (no <answer> tag). " + RolloutCollector(tok)._format_hint() + "\n"
+    assert [turn.observation for turn in trajectory.turns] == ["The counter is at 0."] + [
+        hint + "The counter is at 0."
+    ] * 3
+    observed = tok.decode([i for i, s in zip(trajectory.token_ids, trajectory.segments) if s == Segment.OBSERVATION])
+    assert observed.count("Invalid response") == 3  # one per malformed turn, never restated
+    assert [turn.format_ok for turn in trajectory.turns] == [False, False, False, True]

@@ -130,7 +130,7 @@ def test_shipped_splits_match_the_generator():
 
 
 def test_regenerating_writes_the_same_files(tmp_path):
-    starpo_bandit.main(["--out-dir", str(tmp_path), "--train", "30", "--validation", "5", "--test", "5"])
+    starpo_bandit.main(["--out-dir", str(tmp_path), "--train-size", "30", "--validation-size", "5", "--test-size", "5"])
     shipped = (starpo_bandit.DATA_DIR / "train.jsonl").read_text().splitlines()[:30]
     assert (tmp_path / "train.jsonl").read_text().splitlines() == shipped
     assert len((tmp_path / "test.jsonl").read_text().splitlines()) == 5

@@ -200,6 +200,6 @@ def test_shipped_solutions_earn_full_reward(env):
 
 def test_shipped_splits_match_the_generator(tmp_path):
     assert trl_starpo.load_tasks("countdown", "test").to_list() == starpo_countdown.generate_tasks("test", 200)
-    starpo_countdown.main(["--out-dir", str(tmp_path), "--train", "20", "--validation", "0", "--test", "0"])
+    starpo_countdown.main(["--out-dir", str(tmp_path), "--train-size", "20", "--validation-size", "0", "--test-size", "0"])
     shipped = (starpo_countdown.DATA_DIR / "train.jsonl").read_text().splitlines()[:20]
     assert (tmp_path / "train.jsonl").read_text().splitlines() == shipped

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 
 import pytest
 from conftest import CounterEnv
@@ -60,7 +61,9 @@ def test_expert_solves_every_task(counter_env):
 
     result = evaluate(ExpertPolicy(), counter_env, load_tasks(counter_env, "validation"), split="validation")
     assert result.episodes == 6
-    assert result.stats["success"] == 1.0 and result.stats["success_stderr"] == 0.0
+    assert result.stats["success"] == 1.0
+    # 6/6 is not a certainty: the 95% Wilson interval reaches down to 0.61 (a Wald error would say ±0).
+    assert result.stats["success_high"] == 1.0 and result.stats["success_low"] == pytest.approx(0.6097, abs=1e-4)
     # targets 1, 2, 3: ceil(target / 2) turns of two actions each
     assert [len(t.turns) for t in result.trajectories] == [1, 1, 2, 1, 1, 2]
     assert result.stats["action_validity"] == 1.0 and result.stats["format_error_rate"] == 0.0
@@ -133,3 +136,12 @@ def test_load_agent_errors_and_adapters(tmp_path, tiny_agent_dir):
     model, tokenizer = load_agent(str(tmp_path / "adapter"), device="cpu")
     assert not hasattr(model, "peft_config")  # merged
     assert tokenizer.chat_template is not None
+
+
+def test_success_intervals_are_wilson_intervals():
+    from trl_starpo.evaluation import success_interval
+
+    assert success_interval(0.0, 4) == (0.0, pytest.approx(0.4899, abs=1e-4))  # 0/4 is not "0.000 ± 0.000"
+    low, high = success_interval(0.5, 16)
+    assert (low, high) == (pytest.approx(0.2800, abs=1e-4), pytest.approx(0.7200, abs=1e-4))
+    assert all(math.isnan(x) for x in success_interval(0.5, 0))

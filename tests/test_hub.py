@@ -1,9 +1,12 @@
 """Pushing agents and trajectories: the exact files and cards sent, through huggingface_hub's real client with
 its HTTP layer answered by a fake Hub (tests/mock_hub.py)."""
 
+import ast
 import io
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -25,6 +28,13 @@ VALIDATION = {"split": "validation", "episodes": 32, "temperature": 1.0,
 def front_matter(text: str) -> dict:
     assert text.startswith("---\n")
     return yaml.safe_load(text.split("---\n")[1])
+
+
+def rendered(card: str) -> str:
+    """The card's Markdown body as HTML, as a CommonMark renderer with tables shows it."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").render(card.split("---\n", 2)[2])
 
 
 def png_size(data: bytes):
@@ -91,9 +101,9 @@ def test_push_agent_sends_the_agent_card_curves_and_trajectories(monkeypatch, ch
     assert {"trl", "starpo", "agent", f"env:{NAME}"} <= set(meta["tags"])
     assert meta["datasets"] == ["user/counter-agent-trajectories"]
     assert f"for the **{NAME}** environment" in card
-    assert "On the `validation` split (32 episodes, sampling temperature 1.0)" in card
-    assert "| before training | 0.125 | -0.050 | 2.50 | 0.400 |" in card
-    assert "| after training | 0.625 | 0.550 | 1.75 | 0.050 |" in card
+    assert "On the `validation` split (32 episodes, sampling temperature 1.0; the interval is the 95% Wilson" in card
+    assert "| before training | 0.125 | 0.050–0.281 | -0.050 | 2.50 | 0.400 |" in card  # 95% Wilson intervals
+    assert "| after training | 0.625 | 0.453–0.771 | 0.550 | 1.75 | 0.050 |" in card
     assert "![Learning curves" in card and "(learning_curves.png)" in card
     assert "- Preset: `starpo-s`" in card and "| `learning_rate` | `1e-05` |" in card
     assert play_snippet("user/counter-agent", NAME) in card
@@ -107,7 +117,7 @@ def test_push_agent_sends_the_agent_card_curves_and_trajectories(monkeypatch, ch
     assert f"- Environments: `{NAME}`" in dcard and "- Preset: `starpo-s`" in dcard
     assert "- Model: [user/counter-agent](https://huggingface.co/user/counter-agent)" in dcard
     assert "- Trajectories: 16 (of 16 logged; the store keeps the latest 10000), steps 1–4" in dcard
-    assert "- Success: 0.500" in dcard and f"| {NAME} | 16 | 0.500 |" in dcard
+    assert "- Success: 0.500" in dcard and f"| `{NAME}` | 16 | 0.500 | 0.280–0.720 |" in dcard
     import pyarrow.parquet as pq
     from datasets import Dataset
 
@@ -200,6 +210,44 @@ def test_cli_push(monkeypatch, checkpoint, capsys):
     assert {c.repo_id for c in hub.commits} == {"user/cli-agent", "user/cli-trajectories"}
     out = capsys.readouterr().out
     assert "model: https://huggingface.co/user/cli-agent" in out
+
+
+HOSTILE = 'x"); import os; os.system("id"); ("<script>alert(1)</script>\n# pwned $(id) `id`'
+
+
+def test_a_hostile_environment_name_is_refused_and_hostile_fields_stay_inert():
+    with pytest.raises(ValueError, match="not a plain name"):
+        model_card(AgentRecord(environments=[HOSTILE]), repo_id="me/agent")
+    with pytest.raises(ValueError, match="not a plain name"):
+        dataset_card({"environments": {HOSTILE: {}}}, repo_id="me/t")
+    # Every other field of starpo_agent.json, and the folder name, can hold anything: nothing of it becomes
+    # Markdown structure, HTML, code or a shell word.
+    record = AgentRecord(environments=["sokoban"], base_model=HOSTILE, preset=HOSTILE, training={HOSTILE: HOSTILE},
+                         rollout={"max_turns": HOSTILE}, trl_starpo_version=HOSTILE,
+                         validation={"split": HOSTILE, "episodes": HOSTILE, "temperature": HOSTILE,
+                                     "before": {"success": HOSTILE}}, trajectories_repo=HOSTILE)
+    folder = "out/" + HOSTILE.replace("\n", " ")
+    with pytest.raises(ValueError, match="control characters"):
+        model_card(record, repo_id="out/" + HOSTILE)  # a newline would end the command's line
+    card = model_card(record, repo_id=folder)
+    assert {"base_model", "datasets"}.isdisjoint(front_matter(card))  # not Hub ids: no metadata links
+    page = rendered(card)
+    assert "<script" not in page and "<img src=\"x" not in page
+    assert re.findall(r"<h2>(.*?)</h2>", page) == ["Results", "Play one episode", "Training", "Framework versions",
+                                                   "Citation"] and page.count("<h1>") == 1
+    assert set(re.findall(r'href="(.*?)"', page)) == {"https://arxiv.org/abs/2504.20073",
+                                                     "https://github.com/huggingface/trl"}
+    python = card.split("```python\n")[1].split("```")[0]
+    calls = {type(node.func).__name__ + ":" + getattr(node.func, "id", getattr(node.func, "attr", ""))
+             for node in ast.walk(ast.parse(python)) if isinstance(node, ast.Call)}
+    assert calls == {"Name:make_policy", "Name:dict", "Name:load_tasks", "Name:play_model", "Name:print"}
+    bash = card.split("Or in a terminal")[1].split("```bash\n")[1].split("```")[0]
+    for line in bash.strip().splitlines():
+        words = shlex.split(line)
+        assert words[:5] in (["trl-starpo", "play", "--env", "sokoban", "--model"],
+                             ["trl-starpo", "eval", "--env", "sokoban", "--model"]) and words[5] == folder
+    page = rendered(dataset_card({"environments": {}}, repo_id="me/t", record=record))
+    assert "<script" not in page and re.findall(r"<h2>(.*?)</h2>", page) == ["Use", "Schema", "Citation"]
 
 
 def test_cards_without_results_or_store():

@@ -477,3 +477,27 @@ def test_state_is_saved_in_checkpoints_and_restored_on_resume(tmp_path, tiny_age
     assert [d["step"] for d in resumed.detections] == [1, 3]  # the first restored, the second found again
     assert resumed.detectors[1].state_dict()["values"][0] == saved["detectors"]["success_drop"]["values"][-1]
     assert sorted(resumed.checkpoints) == [2, 3]  # the final step is saved too
+
+
+def test_the_monitor_is_a_config_field(tmp_path, tiny_agent_dir):
+    from trl_starpo.monitor import MonitorCallback
+
+    with pytest.raises(ValueError, match="monitor must be one of"):
+        make_args(tmp_path, monitor="loud")
+
+    def monitors(trainer):
+        return [c for c in trainer.callback_handler.callbacks if isinstance(c, (MonitorCallback, EchoTrapCallback))]
+
+    off = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path / "off"),
+                        train_dataset=counter_tasks())
+    assert monitors(off) == []  # StarPOConfig's default; the recipes default to "warn"
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, train_dataset=counter_tasks(),
+                            args=make_args(tmp_path / "stop", monitor="stop", max_steps=1, num_generations=2,
+                                           max_turns=2, max_tokens_per_turn=8))
+    probe, echo = monitors(trainer)
+    assert isinstance(probe, MonitorCallback) and echo.action == "stop" and echo.trainer is trainer
+    trainer.train()
+    assert "monitor/thinking_distinct_2" in trainer.state.log_history[0]
+    again = add_echo_trap_monitor(trainer, action="warn")
+    assert monitors(trainer)[1] is again  # replaced, not doubled
+    assert len(monitors(trainer)) == 2

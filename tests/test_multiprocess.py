@@ -12,12 +12,15 @@ from trl_starpo.algorithms.advantages import group_relative_advantages
 HERE = Path(__file__).parent
 
 
+ACCELERATE_CONFIGS = HERE.parent / "recipes" / "accelerate_configs"
+
+
 def launch_two_processes(script: Path, *args: str, port: int) -> subprocess.CompletedProcess:
-    """Run ``script`` under ``accelerate launch --multi_gpu --num_processes 2``: two gloo processes on the CPU."""
+    """Run ``script`` as a user starts two processes: the shipped DDP config (on CPU: two processes over gloo)."""
     launcher = Path(sys.executable).with_name("accelerate")
     command = [
-        str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(port), str(script), *args,
+        str(launcher), "launch", "--config_file", str(ACCELERATE_CONFIGS / "multi_gpu.yaml"), "--num_processes", "2",
+        "--dynamo_backend", "no", "--main_process_port", str(port), str(script), *args,
     ]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
@@ -55,3 +58,16 @@ def test_ragen_preset_filters_and_trains_critics_identically_on_two_processes(tm
     assert rank0["weights"] == rank1["weights"]
     assert rank0["critics"] == rank1["critics"] and set(rank0["critics"]) == {"value_critic"}
     assert rank0["kept_fraction"] == rank1["kept_fraction"] == [0.5] * 3
+
+
+@pytest.mark.parametrize("name, kind", [("multi_gpu", "MULTI_GPU"), ("fsdp2", "FSDP"), ("deepspeed_zero1", "DEEPSPEED"),
+                                        ("deepspeed_zero2", "DEEPSPEED"), ("deepspeed_zero3", "DEEPSPEED")])
+def test_the_shipped_accelerate_configs_load(name, kind):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(ACCELERATE_CONFIGS / f"{name}.yaml"))
+    assert config.distributed_type == kind and config.num_machines == 1 and not config.use_cpu
+    if kind == "DEEPSPEED":
+        assert config.deepspeed_config["zero_stage"] == int(name[-1])
+    if kind == "FSDP":
+        assert config.fsdp_config["fsdp_version"] == 2

@@ -79,3 +79,14 @@ def test_dpo_config_plays_the_episodes_of_its_warm_start():
     )
     assert dpo.rollout_settings == sft.rollout_settings
     assert model.model_name_or_path == sft.output_dir
+
+
+def test_recipes_watch_for_the_echo_trap_unless_told_not_to(tmp_path):
+    from trl_starpo.recipes import parse_arguments
+
+    config = str(ROOT / "recipes/configs/sokoban.yaml")
+    assert parse_arguments(["--config", config])[1].monitor == "warn"
+    assert parse_arguments(["--config", config, "--monitor", "off"])[1].monitor == "off"
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text((ROOT / "recipes/configs/sokoban.yaml").read_text() + "monitor: rollback\n")
+    assert parse_arguments(["--config", str(quiet)])[1].monitor == "rollback"

@@ -145,3 +145,57 @@ def test_an_entry_point_may_name_a_function_or_a_class(function_entry_points, ca
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["fnecho", "train=1,", "validation=1,", "test=1"] for line in lines), lines
     assert any(line.startswith("notasks") and "provides no load_tasks()" in line for line in lines), lines
+
+
+def test_reading_a_task_set_prints_no_progress_bars(tmp_path, capfd):
+    import datasets
+
+    for split in ("train", "validation", "test"):
+        write_task_split(tmp_path, split, [{"task_id": f"{split}-{i}", "seed": i} for i in range(3)])
+    assert len(load_task_dataset(tmp_path, "validation")) == 3  # new files: the json builder generates every split
+    assert "Generating" not in capfd.readouterr().err
+    assert not datasets.utils.are_progress_bars_disabled()  # the user's own setting is left as it was
+
+
+def test_task_split_sizes_are_counted_without_importing_the_package():
+    import json
+    import subprocess
+    import sys
+
+    from trl_starpo.envs.registry import task_split_sizes
+
+    code = ("import json, sys; from trl_starpo.envs.registry import task_split_sizes; "
+            "print(json.dumps([task_split_sizes('hotpotqa'), 'starpo_hotpotqa' in sys.modules]))")
+    sizes, imported = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                check=True).stdout)
+    assert sizes == {"train": 1000, "validation": 200, "test": 200} and not imported  # corpus.jsonl is no split
+    assert task_split_sizes("alfworld") == {"train": 300, "valid_seen": 60, "valid_unseen": 60}
+    assert {k: len(v) for k, v in trl_starpo.load_tasks("sokoban").items()} == task_split_sizes("sokoban")
+
+
+def test_a_misspelt_environment_gets_a_suggestion():
+    with pytest.raises(ValueError, match=r"Unknown environment 'sokobn'. Did you mean 'sokoban'\?"):
+        trl_starpo.load_environment("sokobn")
+
+
+def test_the_task_split_command_every_package_shares(tmp_path, capsys):
+    from trl_starpo.envs import parse_task_split_args, write_task_splits
+
+    sizes = {"train": 5, "validation": 2, "test": 2}
+    args = parse_task_split_args("python -m starpo_x", sizes, tmp_path / "default",
+                                 argv=["--out-dir", str(tmp_path), "--train-size", "3", "--level", "7"],
+                                 options=lambda parser: parser.add_argument("--level", type=int, default=1))
+    assert args.split_sizes == {"train": 3, "validation": 2, "test": 2} and args.level == 7
+    taken = []  # splits are generated in order, so later ones can avoid what earlier ones took
+
+    def rows(split, count):
+        start = len(taken)
+        taken.extend(range(start, start + count))
+        return [{"task_id": f"{split}-{i}", "seed": i} for i in range(start, start + count)]
+
+    paths = write_task_splits(args.out_dir, ((split, rows(split, n)) for split, n in args.split_sizes.items()))
+    assert [p.name for p in paths] == ["train.jsonl", "validation.jsonl", "test.jsonl"]
+    assert load_task_dataset(tmp_path, "test")["seed"] == [5, 6]
+    assert "wrote 2 tasks to" in capsys.readouterr().out
+    per_level = parse_task_split_args("p", sizes, tmp_path, size_flag="--{split}-per-env", argv=["--test-per-env", "9"])
+    assert per_level.split_sizes["test"] == 9 and per_level.out_dir == tmp_path

@@ -113,6 +113,30 @@ def test_plot_marks_missing_metrics_and_validation(tmp_path):
     assert png_size(path) == (1200, 650)
 
 
+def test_plot_draws_validation_intervals_and_echo_trap_detections(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+    from PIL import Image
+
+    from trl_starpo.plotting import echo_trap_detections
+
+    history = [{"step": s, "rollout/success": 0.5, "grad_norm": 1.0} for s in range(1, 7)]
+    history[3].update({"echo_trap/detected": 1.0, "echo_trap/success_drop": 1.0, "echo_trap/rollback_to": 2.0})
+    assert echo_trap_detections(history) == [{"step": 4, "detectors": ["success_drop"], "rollback_to": 2.0}]
+    bars = []
+    original = Axes.errorbar
+    monkeypatch.setattr(Axes, "errorbar", lambda ax, x, y, **kw: bars.append((x, y, kw)) or original(ax, x, y, **kw))
+    validation = {"episodes": 4, "before": {"success": 0.0, "return": -0.1}, "after": {"success": 0.5, "episodes": 8}}
+    path = plot_learning_curves(history, tmp_path / "curves.png", validation=validation)
+    success = [(x, y, kw["yerr"]) for x, y, kw in bars if kw["yerr"] is not None]
+    # Points at step 0 and the last step, each with its 95% Wilson interval: 0/4 reaches 0.49, 4/8 spans 0.22-0.78.
+    assert [(x, y) for x, y, _ in success] == [([0], [0.0]), ([6], [0.5])]
+    assert success[0][2][1][0] == pytest.approx(0.4899, abs=1e-4)
+    assert success[1][2][0][0] == pytest.approx(0.5 - 0.2152, abs=1e-4)
+    assert sum(kw["yerr"] is None for _, _, kw in bars) == 1  # the return panel's point: no interval
+    red = sum(1 for pixel in Image.open(path).convert("RGB").getdata() if pixel == (0xC9, 0x38, 0x3A))
+    assert red > 500  # the detection's dashed line, across every panel
+
+
 @pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard is not installed (pip install tensorboard)")
 def test_tensorboard_gets_the_starpo_metrics(finished_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -197,6 +197,9 @@ def test_advantages_are_group_relative_returns(tmp_path, tiny_model_dir):
     assert returns == [1.0, 0.0, 1.0, 0.0]
     per_trajectory = [row[mask.bool()][-1].item() for row, mask in zip(inputs["advantages"], inputs["tool_mask"])]
     assert per_trajectory == pytest.approx([0.866, -0.866, 0.866, -0.866], abs=1e-3)
+    # Each trajectory carries its advantage and the filter's verdict into the store and the HTML view.
+    assert [t.advantage for t in trainer.last_trajectories] == pytest.approx(per_trajectory, abs=1e-6)
+    assert [t.kept for t in trainer.last_trajectories] == [True] * 4
 
 
 def train_counter(tmp_path, model_dir, **overrides):

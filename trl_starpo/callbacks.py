@@ -4,10 +4,10 @@
   checkpoint (``checkpoint-N/trajectories``) and at the end (``output_dir/trajectories`` plus an HTML sample), and
   restores it when training resumes from a checkpoint, so the store has neither duplicates nor gaps.
 - ``AgentFilesCallback``: writes ``starpo_agent.json`` into every checkpoint and, at the end of training, the
-  learning-curve PNG and ``trainer_state.json`` into output_dir.
+  learning-curve PNG, ``trainer_state.json`` and the model card into output_dir.
 
-``attach_agent_callbacks(trainer, ...)`` wires both into a ``StarPOTrainer``, gives it the agent model card and
-Hub push (``trl_starpo.hub``) and a progress bar over rollout collection.
+``attach_agent_callbacks(trainer, ...)`` wires both into a ``StarPOTrainer`` (which calls it when it is built, as
+its config's ``save_trajectories`` / ``save_agent_files`` ask) with a progress bar over rollout collection.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from types import MethodType
 
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .cards import AgentRecord
-from .hub import TRAJECTORY_FOLDER, StarPOHubMixin, create_model_card, public_model_name, push_to_hub, write_agent_files
+from .hub import TRAJECTORY_FOLDER, public_model_name
 from .progress import show_rollout_progress
 from .store import DEFAULT_CAPACITY, TrajectoryStore
 
@@ -66,7 +65,8 @@ class TrajectoryStoreCallback(TrainerCallback):
                 self._restore(args, state.global_step)
 
     def _restore(self, args, step: int) -> None:
-        checkpoint = self.resume_from_checkpoint or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")
+        checkpoint = (self.resume_from_checkpoint or getattr(self.trainer, "resumed_from", None)
+                      or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}"))
         folder = Path(checkpoint, TRAJECTORY_FOLDER)
         try:
             restored = TrajectoryStore.load(folder, capacity=self.store.capacity)
@@ -107,11 +107,13 @@ class TrajectoryStoreCallback(TrainerCallback):
             from .html_export import write_store_html
 
             write_store_html(self.store, Path(args.output_dir, HTML_FILE), sample=self.html_sample,
+                             tokenizer=self.trainer.processing_class,
                              title=f"{self.environment or 'StarPO'} trajectories — {Path(args.output_dir).name}")
 
 
 class AgentFilesCallback(TrainerCallback):
-    """Writes ``starpo_agent.json`` into each checkpoint, and the learning curves and state at the end of training."""
+    """Writes ``starpo_agent.json`` into each checkpoint, and at the end of training the learning curves, the state
+    and the agent's model card (``trainer.create_model_card``)."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -126,7 +128,7 @@ class AgentFilesCallback(TrainerCallback):
         if state.is_world_process_zero:
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             state.save_to_json(os.path.join(args.output_dir, "trainer_state.json"))
-            write_agent_files(self.trainer)
+            self.trainer.create_model_card()  # starpo_agent.json, learning_curves.png and README.md
 
 
 def attach_agent_callbacks(
@@ -135,13 +137,18 @@ def attach_agent_callbacks(
     environment: str | None = None,
     preset: str | None = None,
     base_model: str | None = None,
-    save_trajectories: bool = True,
-    capacity: int = DEFAULT_CAPACITY,
-    html_sample: int = 16,
+    save_trajectories: bool | None = None,
+    capacity: int | None = None,
+    html_sample: int | None = None,
+    save_agent_files: bool | None = None,
     progress: bool | None = None,
     resume_from_checkpoint: str | None = None,
 ) -> AgentRecord:
-    """Give ``trainer`` the trajectory store, agent files, agent model card / Hub push and a rollout progress bar.
+    """Give ``trainer`` the trajectory store, agent files and a rollout progress bar.
+
+    ``StarPOTrainer`` calls it when it is built, with its config's ``save_trajectories``, ``trajectory_capacity``,
+    ``html_sample`` and ``save_agent_files``; call it again to change them (the callbacks it added before are
+    replaced). Every argument left ``None`` takes the config's value.
 
     Args:
         trainer: A ``StarPOTrainer``.
@@ -151,33 +158,39 @@ def attach_agent_callbacks(
         save_trajectories: Keep a ``TrajectoryStore`` (saved with checkpoints and at the end).
         capacity: Trajectories the store keeps.
         html_sample: Trajectories sampled into ``trajectories.html`` at the end of training.
+        save_agent_files: Write ``starpo_agent.json``, the learning curves, ``trainer_state.json`` and the card.
         progress: Show a per-turn bar while rollouts are collected (default: unless ``disable_tqdm``).
         resume_from_checkpoint: The checkpoint ``train(resume_from_checkpoint=...)`` resumes from, if not under
-            output_dir.
+            output_dir (``StarPOTrainer.train`` records it itself).
 
     Returns:
         The run's ``AgentRecord`` (``trainer.starpo_agent``); set ``record.validation`` to have the card report
         validation success before and after training.
     """
+    args = trainer.args
+    save_trajectories = args.save_trajectories if save_trajectories is None else save_trajectories
+    capacity = args.trajectory_capacity if capacity is None else capacity
+    html_sample = args.html_sample if html_sample is None else html_sample
+    save_agent_files = args.save_agent_files if save_agent_files is None else save_agent_files
     environment = environment or getattr(trainer, "environment_name", None)
     record = AgentRecord(
         environments=[environment] if environment else [],
         base_model=public_model_name(base_model),
-        preset=preset or getattr(trainer.args, "preset", None),
+        preset=preset or getattr(args, "preset", None),
     )
     trainer.starpo_agent = record
-    if not isinstance(trainer, StarPOHubMixin):
-        # Until StarPOTrainer inherits StarPOHubMixin, the agent card and push are bound to this instance.
-        trainer.create_model_card = MethodType(create_model_card, trainer)
-        trainer.push_to_hub = MethodType(push_to_hub, trainer)
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, (TrajectoryStoreCallback, AgentFilesCallback)):
+            trainer.remove_callback(callback)
     if save_trajectories:
         trainer.add_callback(TrajectoryStoreCallback(
             trainer, environment=environment, capacity=capacity, html_sample=html_sample,
             resume_from_checkpoint=resume_from_checkpoint,
         ))
-    trainer.add_callback(AgentFilesCallback(trainer))
+    if save_agent_files:
+        trainer.add_callback(AgentFilesCallback(trainer))
     if progress is None:
-        progress = not trainer.args.disable_tqdm and trainer.accelerator.is_main_process
+        progress = not args.disable_tqdm and trainer.accelerator.is_main_process
     show_rollout_progress(trainer.collector, enabled=progress)
     return record
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .evaluation import AGENT_FILE, RolloutSettings
+from .evaluation import AGENT_FILE, RolloutSettings, success_interval
 
 PLOT_FILE = "learning_curves.png"
 
@@ -130,25 +130,77 @@ class AgentRecord:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
+ENVIRONMENT_NAME = re.compile(r"[\w.-]+")
+"""What an environment name may hold: it goes into tags, commands and code of a card."""
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|<>&~-])")
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def check_environment_name(name: str) -> str:
+    """``name``, if it is a plain environment name (letters, digits, ``_``, ``.``, ``-``); ``ValueError`` otherwise."""
+    if not isinstance(name, str) or not ENVIRONMENT_NAME.fullmatch(name):
+        raise ValueError(f"Environment name {name!r} is not a plain name (letters, digits, '_', '.', '-'): refusing "
+                         "to write it into a card.")
+    return name
+
+
 def _hub_id(name: str | None) -> str | None:
     """``name`` when it looks like a Hub id (``owner/name``, not a local path), else ``None``."""
-    if not name or Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
+    if not name or not _HUB_ID.fullmatch(name) or name.startswith(".") or Path(name).expanduser().exists():
         return None
     return name
+
+
+def markdown_text(value: Any) -> str:
+    """``value`` as inert Markdown text on one line: no heading, link, emphasis, table cell or HTML can come of it."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(value).split()))
+
+
+def markdown_code(value: Any) -> str:
+    """``value`` as an inline code span on one line, fenced by more backticks than it holds in a row."""
+    text = " ".join(str(value).split())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence, pad = "`" * (longest + 1), " " if longest or text.startswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _shell_word(value: str) -> str:
+    text = str(value)
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise ValueError(f"{text!r} holds control characters: refusing to write it into a command.")
+    return shlex.quote(text)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; a ``|`` inside a cell is escaped so that it cannot open a new cell."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("---" for _ in header) + "|", *map(line, rows)])
 
 
 def _model_link(model: str | None) -> str:
     if not model:
         return "unknown"
-    return f"[{model}](https://huggingface.co/{model})" if _hub_id(model) else f"`{model}`"
+    hub = _hub_id(model)
+    return f"[{hub}](https://huggingface.co/{hub})" if hub else markdown_code(model)
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         return "–"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def _interval(success: Any, episodes: Any) -> str:
+    """The 95% Wilson interval of a success rate over ``episodes``, as ``low–high``."""
+    if not isinstance(episodes, int) or isinstance(episodes, bool) or not isinstance(success, (int, float)):
+        return "–"
+    low, high = success_interval(float(success), episodes)
+    return "–" if math.isnan(low) else f"{low:.3f}–{high:.3f}"
 
 
 def _setting(value: Any) -> str:
@@ -168,21 +220,21 @@ def environment_distribution(environment: str) -> str | None:
 
 
 def play_snippet(repo_id: str, environment: str, split: str = "validation") -> str:
-    """Python that loads the agent ``repo_id`` and plays one ``environment`` episode, printing each turn."""
+    """Python that loads the agent ``repo_id`` and plays one ``environment`` episode, printing each turn.
+
+    Every name enters the code as a string literal (``json.dumps``), never as code.
+    """
+    model, env, split = (json.dumps(str(v)) for v in (repo_id, environment, split))
     return (
         "from trl_starpo import load_tasks\n"
         "from trl_starpo.evaluation import make_policy\n"
         "from trl_starpo.play import play_model\n"
         "\n"
-        f'policy = make_policy("model", model="{repo_id}")  # a LoRA adapter is merged into its base model\n'
-        f'task = dict(load_tasks("{environment}", "{split}")[0])\n'
-        f'trajectory = play_model(policy, "{environment}", task)  # prints observation, thinking, actions, reward\n'
+        f"policy = make_policy(\"model\", model={model})  # a LoRA adapter is merged into its base model\n"
+        f"task = dict(load_tasks({env}, {split})[0])\n"
+        f"trajectory = play_model(policy, {env}, task)  # prints observation, thinking, actions, reward\n"
         "print(trajectory.success, trajectory.episode_return)\n"
     )
-
-
-def _front_matter(metadata: dict[str, Any]) -> str:
-    return "---\n" + yaml.safe_dump({k: v for k, v in metadata.items() if v}, sort_keys=False) + "---\n"
 
 
 def model_card(
@@ -193,77 +245,76 @@ def model_card(
     plot_file: str | None = PLOT_FILE,
     extra_tags: list[str] | None = None,
 ) -> str:
-    """The README.md of an agent repository: metadata, results, learning curves, a play snippet, the config."""
+    """The README.md of an agent repository: metadata, results, learning curves, a play snippet, the config.
+
+    Rendered from ``templates/model_card.md`` with ``huggingface_hub.ModelCard``. Whatever comes from the record
+    (a ``starpo_agent.json`` may come from anywhere) is escaped as Markdown, quoted as code or refused.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
     from . import __version__
 
-    name = model_name or repo_id.split("/")[-1]
-    environments = record.environments or ["unknown"]
+    environments = [check_environment_name(e) for e in record.environments] or ["unknown"]
     base = _hub_id(record.base_model)
-    tags = list(dict.fromkeys(TAGS + [f"env:{e}" for e in environments] + (extra_tags or [])))
-    metadata = {
-        "base_model": base,
-        "library_name": "peft" if record.adapter else "transformers",
-        "pipeline_tag": "text-generation",
-        "tags": tags,
-        "datasets": [record.trajectories_repo] if record.trajectories_repo else None,
-    }
-    env_list = ", ".join(f"**{e}**" for e in environments)
-    base_text = f"[{base}](https://huggingface.co/{base})" if base else f"`{record.base_model or 'unknown'}`"
-    kind = "a LoRA adapter on" if record.adapter else "a fine-tune of"
-    lines = [
-        _front_matter(metadata),
-        f"# {name}",
-        "",
-        f"An LLM agent for the {env_list} environment{'s' if len(environments) > 1 else ''}, trained with StarPO "
-        f"(State-Thinking-Actions-Reward Policy Optimization, [RAGEN](https://arxiv.org/abs/2504.20073)) with "
-        f"trl_starpo, an extension of [TRL](https://github.com/huggingface/trl) for multi-turn agent RL. It is {kind} "
-        f"{base_text}: each turn it reads the environment's text state, thinks in `<think>…</think>` and acts in "
-        "`<answer>…</answer>`; whole episodes were optimized at once.",
-        "",
-        "## Results",
-        "",
-    ]
-    lines += _results_table(record.validation)
-    if plot_file:
-        lines += ["", f"![Learning curves: success, return, in-group return std, entropy, gradient norm]({plot_file})"]
-    lines += ["", "## Play one episode", "", "```bash"]
+    tags = list(dict.fromkeys(TAGS + [f"env:{e}" for e in environments] + list(extra_tags or [])))
+    trajectories = _hub_id(record.trajectories_repo)
+    card_data = ModelCardData(
+        base_model=base,
+        library_name="peft" if record.adapter else "transformers",
+        pipeline_tag="text-generation",
+        tags=tags,
+        datasets=[trajectories] if trajectories else None,
+    )
     packages = ["trl-starpo"] + [d for d in (environment_distribution(e) for e in environments) if d]
-    lines += [f"pip install {' '.join(dict.fromkeys(packages))}", "```", "", "```python",
-              play_snippet(repo_id, environments[0]).rstrip(), "```", "",
-              "Or in a terminal, and a success table over the validation split:", "", "```bash",
-              f"trl-starpo play --env {environments[0]} --model {repo_id}",
-              f"trl-starpo eval --env {environments[0]} --model {repo_id} --split validation --episodes 64",
-              "```", ""]
-    lines += ["## Training", "", f"- Trainer: `StarPOTrainer` (trl_starpo {record.trl_starpo_version or __version__})",
-              f"- Preset: `{record.preset or 'none (StarPOConfig defaults)'}`",
-              f"- Environments: {', '.join(f'`{e}`' for e in environments)}",
-              f"- Base model: {base_text}{' (LoRA adapter)' if record.adapter else ''}",
-              f"- Optimizer steps: {record.global_step}"]
-    if record.trajectories_repo:
-        lines.append(f"- Logged trajectories: [{record.trajectories_repo}]"
-                     f"(https://huggingface.co/datasets/{record.trajectories_repo})")
-    lines += ["", "| setting | value |", "|---|---|"]
-    lines += [f"| `{k}` | `{_setting(v)}` |" for k, v in {**record.training, **record.rollout}.items()]
-    lines += ["", "## Framework versions", ""] + [f"- {n}: {v}" for n, v in _versions().items()]
-    lines += ["", "## Citation", "", "```bibtex", RAGEN_CITATION, "```", ""]
-    return "\n".join(lines)
+    environment, repo = _shell_word(environments[0]), _shell_word(repo_id)
+    settings = {**record.training, **record.rollout}
+    card = ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATES / "model_card.md",
+        title=markdown_text(model_name or repo_id.split("/")[-1]),
+        environment_list=", ".join(f"**{e}**" for e in environments),
+        environment_count=len(environments),
+        environment_codes=", ".join(markdown_code(e) for e in environments),
+        kind="a LoRA adapter on" if record.adapter else "a fine-tune of",
+        base_text=_model_link(record.base_model),
+        adapter=record.adapter,
+        results=_results(record.validation),
+        plot_file=plot_file,
+        install_command="pip install " + " ".join(_shell_word(p) for p in dict.fromkeys(packages)),
+        play_snippet=play_snippet(repo_id, environments[0]).rstrip(),
+        play_command=f"trl-starpo play --env {environment} --model {repo}",
+        eval_command=f"trl-starpo eval --env {environment} --model {repo} --split validation --episodes 64",
+        version=markdown_text(record.trl_starpo_version or __version__),
+        preset=markdown_code(record.preset or "none (StarPOConfig defaults)"),
+        global_step=_fmt(record.global_step),
+        trajectories_link=f"[{trajectories}](https://huggingface.co/datasets/{trajectories})" if trajectories else None,
+        settings_table=_table(["setting", "value"],
+                              [[markdown_code(k), markdown_code(_setting(v))] for k, v in settings.items()]),
+        versions="\n".join(f"- {name}: {version}" for name, version in _versions().items()),
+        citation=RAGEN_CITATION,
+    )
+    return card.content + "\n"
 
 
-def _results_table(validation: dict[str, Any]) -> list[str]:
+def _results(validation: dict[str, Any]) -> str:
     if not validation or not any(k in validation for k in ("before", "after")):
-        return ["Validation success was not measured for this checkpoint (run `trl-starpo eval`, below)."]
-    split = validation.get("split", "validation")
+        return "Validation success was not measured for this checkpoint (run `trl-starpo eval`, below)."
     episodes = validation.get("episodes")
     temperature = validation.get("temperature")
-    how = [f"{episodes} episodes" if episodes else None, f"sampling temperature {temperature}" if temperature else None]
-    lines = [f"On the `{split}` split ({', '.join(h for h in how if h) or 'as logged'}):", "",
-             "| | success | return | turns | format errors |", "|---|---|---|---|---|"]
+    how = [f"{_fmt(episodes)} episodes" if episodes else None,
+           f"sampling temperature {markdown_text(temperature)}" if temperature is not None else None]
+    rows = []
     for when in ("before", "after"):
         stats = validation.get(when)
-        if stats:
-            lines.append(f"| {when} training | {_fmt(stats.get('success'))} | {_fmt(stats.get('return'))} | "
-                         f"{_fmt(stats.get('turns'), 2)} | {_fmt(stats.get('format_error_rate'))} |")
-    return lines
+        if isinstance(stats, dict):
+            rows.append([f"{when} training", _fmt(stats.get("success")),
+                         _interval(stats.get("success"), stats.get("episodes", episodes)),
+                         _fmt(stats.get("return")), _fmt(stats.get("turns"), 2), _fmt(stats.get("format_error_rate"))])
+    intro = (f"On the {markdown_code(validation.get('split', 'validation'))} split "
+             f"({', '.join(h for h in how if h) or 'as logged'}; the interval is the 95% Wilson interval of the "
+             "success rate):")
+    table = _table(["", "success", "95% interval", "return", "turns", "format errors"], rows)
+    return f"{intro}\n\n{table}"
 
 
 def _versions() -> dict[str, str]:
@@ -286,66 +337,38 @@ def dataset_card(
     model_repo: str | None = None,
     capacity: int | None = None,
 ) -> str:
-    """The README.md of a trajectory dataset repository (``summary`` is ``TrajectoryStore.summary()``)."""
+    """The README.md of a trajectory dataset repository (``summary`` is ``TrajectoryStore.summary()``), rendered from
+    ``templates/dataset_card.md`` with ``huggingface_hub.DatasetCard``."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
     record = record or AgentRecord()
-    environments = sorted(summary.get("environments", {})) or record.environments
-    model = model_repo or _hub_id(record.base_model) or record.base_model
-    metadata = {
-        "tags": TAGS + ["trajectories"] + [f"env:{e}" for e in environments],
-        "configs": [{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}],
-    }
-    lines = [
-        _front_matter(metadata),
-        f"# {repo_id.split('/')[-1]}",
-        "",
-        "Multi-turn agent trajectories logged while training with StarPO "
-        "([RAGEN](https://arxiv.org/abs/2504.20073)) with trl_starpo, an extension of "
-        "[TRL](https://github.com/huggingface/trl): one row "
-        "per episode, with the token ids the model saw and produced, a segment label per token, and each turn's "
-        "observation, thinking, actions and reward.",
-        "",
-        f"- Environments: {', '.join(f'`{e}`' for e in environments) or 'unknown'}",
-        f"- Model: {_model_link(model)}",
-        f"- Preset: `{record.preset or 'none'}`",
-        f"- Trajectories: {summary.get('trajectories', 0)} (of {summary.get('total_added', 0)} logged; the store "
-        f"keeps the latest {capacity or 'N'}), steps {summary.get('first_step')}–{summary.get('last_step')}",
-        f"- Success: {_fmt(summary.get('success'))}, mean return {_fmt(summary.get('return'))}",
-        "",
-        "| environment | trajectories | success | return | turns |",
-        "|---|---|---|---|---|",
-    ]
-    for name, stats in summary.get("environments", {}).items():
-        lines.append(f"| {name} | {stats['trajectories']} | {_fmt(stats['success'])} | {_fmt(stats['return'])} | "
-                     f"{_fmt(stats['turns'], 2)} |")
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "from trl_starpo.store import from_dataset",
-        "",
-        f'dataset = load_dataset("{repo_id}", split="train")',
-        "trajectories = from_dataset(dataset)  # trl_starpo.Trajectory objects, losslessly",
-        "```",
-        "",
-        "Offline StarPO trains on this dataset without an environment: "
-        f"`python recipes/offline.py --trajectories {repo_id} --model_name_or_path <model> --output_dir out`.",
-        "",
-        "## Schema",
-        "",
-        "One row per trajectory: `index`, `step`, `environment`, `task_id`, `group`, `success`, `episode_return`, "
-        "`rewards` (per turn), `num_turns`, `terminated`, `truncation`, `env_error`, `prompt_length`, `token_ids`, "
-        "`segments` (0 prompt, 1 observation, 2 template, 3 thinking, 4 action), `logprobs` (sampling log-prob per "
-        "token, when recorded), `thinking_scores` (per turn, when a thinking critic ran), and `turns` (observation, "
-        "response, thinking, actions, reward, format verdict, action counts, token span). See trl_starpo's "
-        "docs/trajectories.md.",
-        "",
-        "## Citation",
-        "",
-        "```bibtex",
-        RAGEN_CITATION,
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+    per_environment = summary.get("environments", {})
+    environments = [check_environment_name(e) for e in (sorted(per_environment) or record.environments)]
+    card_data = DatasetCardData(
+        tags=TAGS + ["trajectories"] + [f"env:{e}" for e in environments],
+        configs=[{"config_name": "default", "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}],
+    )
+    rows = [[markdown_code(name), _fmt(stats["trajectories"]), _fmt(stats["success"]),
+             _interval(stats["success"], stats["trajectories"]), _fmt(stats["return"]), _fmt(stats["turns"], 2)]
+            for name, stats in per_environment.items()]
+    card = DatasetCard.from_template(
+        card_data,
+        template_path=TEMPLATES / "dataset_card.md",
+        title=markdown_text(repo_id.split("/")[-1]),
+        environment_codes=", ".join(markdown_code(e) for e in environments) or "unknown",
+        model_link=_model_link(model_repo or record.base_model),
+        preset=markdown_code(record.preset or "none"),
+        trajectories=_fmt(summary.get("trajectories", 0)),
+        total_added=_fmt(summary.get("total_added", 0)),
+        capacity=_fmt(capacity) if capacity else "N",
+        first_step=_fmt(summary.get("first_step")),
+        last_step=_fmt(summary.get("last_step")),
+        success=_fmt(summary.get("success")),
+        mean_return=_fmt(summary.get("return")),
+        environment_table=_table(["environment", "trajectories", "success", "95% interval", "return", "turns"], rows),
+        repo_literal=json.dumps(repo_id),
+        offline_command=markdown_code(f"python recipes/offline.py --trajectories {_shell_word(repo_id)} "
+                                      "--model_name_or_path <model> --output_dir out"),
+        citation=RAGEN_CITATION,
+    )
+    return card.content + "\n"

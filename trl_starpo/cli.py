@@ -15,7 +15,9 @@ start fast. Errors a user can fix (an unknown environment, split, model or polic
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -31,11 +33,14 @@ class CommandError(Exception):
 
 def _envs(_: argparse.Namespace) -> int:
     from .envs import list_environments, load_tasks
+    from .envs.registry import task_split_sizes
 
     for name in list_environments():
         try:
-            tasks = load_tasks(name)
-            counts = ", ".join(f"{split}={len(ds)}" for split, ds in tasks.items())
+            # Counted in the package's data files, without importing it; a package that keeps its tasks elsewhere
+            # is asked for them.
+            sizes = task_split_sizes(name) or {split: len(ds) for split, ds in load_tasks(name).items()}
+            counts = ", ".join(f"{split}={size}" for split, size in sizes.items())
         except Exception as error:  # one broken package must not hide the others
             counts = f"(tasks unavailable: {type(error).__name__}: {str(error).splitlines()[0][:100]})"
         print(f"{name:<12} {counts}")
@@ -50,7 +55,7 @@ TABLE_COLUMNS = (
     ("policy", "policy", "{}"),
     ("episodes", "episodes", "{}"),
     ("success", "success", "{:.3f}"),
-    ("±", "success_stderr", "{:.3f}"),
+    ("95% interval", ("success_low", "success_high"), "{:.3f}–{:.3f}"),
     ("return", "return", "{:.3f}"),
     ("turns", "turns", "{:.2f}"),
     ("valid actions", "action_validity", "{:.3f}"),
@@ -59,14 +64,19 @@ TABLE_COLUMNS = (
 )
 
 
+def _cell(row: dict, keys: str | tuple[str, ...], fmt: str) -> str:
+    values = [row.get(key) for key in ((keys,) if isinstance(keys, str) else keys)]
+    return "-" if any(value is None for value in values) else fmt.format(*values)
+
+
 def format_table(rows: list[dict]) -> str:
-    """A Markdown table of evaluation summaries (``EvaluationResult.to_dict()`` rows)."""
+    """A Markdown table of evaluation summaries (``EvaluationResult.to_dict()`` rows), the success rate with its
+    95% Wilson interval."""
     header = "| " + " | ".join(title for title, _, _ in TABLE_COLUMNS) + " |"
     rule = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
     lines = [header, rule]
     for row in rows:
-        cells = [fmt.format(row[key]) if row.get(key) is not None else "-" for _, key, fmt in TABLE_COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cell(row, keys, fmt) for _, keys, fmt in TABLE_COLUMNS) + " |")
     models = sorted({row["model"] for row in rows if row.get("model")})
     if models:
         lines.append("")
@@ -110,20 +120,16 @@ def _load_split(environment: str, split: str, source: str | None):
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .envs import list_environments
     from .evaluation import POLICIES, evaluate, make_policy
 
     environments = [name for value in args.env for name in value.split(",") if name]
-    known = list_environments()
     for name in environments:
-        if name not in known:
-            raise CommandError(
-                f"Unknown environment {name!r}. Installed environments: {', '.join(known) or 'none'}."
-            )
+        _check_environment_name(name)
     policies = [p for value in args.policy for p in value.split(",") if p]
     for policy in policies:
         if policy not in POLICIES:
-            raise CommandError(f"Unknown policy {policy!r}; choose among {', '.join(POLICIES)}.")
+            raise CommandError(f"Unknown policy {policy!r};{_did_you_mean(policy, POLICIES)} choose among "
+                               f"{', '.join(POLICIES)}.")
     if "model" in policies and not args.model:
         raise CommandError("--policy model needs --model (a local folder or a Hub id).")
     env_kwargs = _environment_kwargs(args.env_kwargs)
@@ -244,13 +250,10 @@ def _play(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, extra: list[str]) -> int:
-    from .envs import list_environments
+    _check_environment_name(args.env)
+    from .recipes import parse_arguments, recipe_parser, train
 
-    if args.env not in list_environments():
-        raise CommandError(
-            f"Unknown environment {args.env!r}. Installed environments: {', '.join(list_environments()) or 'none'}."
-        )
-    from .recipes import parse_arguments, train
+    _check_flags(recipe_parser(), extra, "train")
 
     argv = list(extra)
     if args.config:
@@ -313,12 +316,82 @@ def _html(args: argparse.Namespace) -> int:
         store = TrajectoryStore.load(args.trajectories)
     except (FileNotFoundError, ValueError) as error:  # no store, or a damaged one
         raise CommandError(str(error)) from None
-    path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title)
+    path = write_store_html(store, args.output, sample=args.sample, seed=args.seed, title=args.title,
+                            tokenizer=_store_tokenizer(args.trajectories, args.tokenizer))
     print(path)
     return 0
 
 
+def _store_tokenizer(store_folder: str, tokenizer: str | None):
+    """The tokenizer named by --tokenizer, else the one saved beside the store (an output_dir or checkpoint holding
+    ``trajectories/``), else ``None``: the page then shows no prompts or tokens."""
+    from transformers import AutoTokenizer
+
+    folder = Path(store_folder).resolve().parent
+    if tokenizer is None and not (folder / "tokenizer_config.json").is_file():
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(tokenizer or str(folder))
+    except (OSError, ValueError) as error:
+        raise CommandError(f"Cannot load the tokenizer {tokenizer or str(folder)!r}: {error}") from None
+
+
 # ------------------------------------------------------------------------------------------------------ main
+
+
+def _did_you_mean(word: str, choices) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" did you mean {close[0]!r}?" if close else ""
+
+
+def _check_environment_name(name: str) -> None:
+    from .envs import list_environments
+    from .envs.registry import unknown_environment
+
+    if name not in list_environments():
+        raise CommandError(str(unknown_environment(name)))
+
+
+def _flag_key(flag: str) -> str:
+    """A flag's name, spelling aside: ``--max-turns=3`` and ``--max_turns`` are both ``max_turns``."""
+    return flag.split("=", 1)[0].lstrip("-").replace("-", "_")
+
+
+def _canonical_flags(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``argv`` with every ``--flag`` spelled as ``parser`` defines it, so that ``--max_turns`` and ``--max-turns``
+    are the same flag in every subcommand."""
+    spelled = {_flag_key(option): option for action in parser._actions for option in action.option_strings}
+    canonical = []
+    for word in argv:
+        if word == "--":
+            return canonical + argv[len(canonical):]
+        if word.startswith("--") and _flag_key(word) in spelled:
+            name, sep, value = word.partition("=")
+            word = spelled[_flag_key(name)] + sep + value
+        canonical.append(word)
+    return canonical
+
+
+def _check_flags(parser: argparse.ArgumentParser, argv: list[str], command: str) -> None:
+    """Refuse a flag ``parser`` does not know, naming the closest one it does."""
+    known = {_flag_key(option) for action in parser._actions for option in action.option_strings}
+    for word in argv:
+        if word.startswith("--") and _flag_key(word) not in known:
+            close = difflib.get_close_matches(_flag_key(word), sorted(known), n=1)
+            hint = f"; did you mean --{close[0]}?" if close else f"; see trl-starpo {command} --help"
+            raise CommandError(f"unrecognized argument {word.split('=', 1)[0]}{hint}")
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Shows flags in one spelling, with underscores as TRL's scripts write them (``--max_turns``); dashes work too."""
+
+    def _format_action_invocation(self, action):
+        text = super()._format_action_invocation(action)
+        return re.sub(r"--[\w-]+", lambda match: "--" + match.group(0)[2:].replace("-", "_"), text)
+
+    def _format_usage(self, *args, **kwargs):
+        text = super()._format_usage(*args, **kwargs)
+        return re.sub(r"--[\w-]+", lambda match: "--" + match.group(0)[2:].replace("-", "_"), text)
 
 
 def _add_rollout_flags(parser: argparse.ArgumentParser) -> None:
@@ -340,7 +413,8 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``trl-starpo`` argument parser (``train`` passes unknown flags on to the recipe's parser)."""
-    parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.")
+    parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.",
+                                     formatter_class=_HelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     commands.add_parser("envs", help="list installed environments and their task counts").set_defaults(func=_envs)
@@ -407,16 +481,31 @@ def build_parser() -> argparse.ArgumentParser:
     html.add_argument("--sample", type=int, default=16, help="trajectories to show (default: %(default)s)")
     html.add_argument("--seed", type=int, default=0)
     html.add_argument("--title", default="StarPO trajectories")
+    html.add_argument("--tokenizer", help="model id or folder whose tokenizer shows prompts and tokens (default: the "
+                                          "one saved beside the store, if any)")
     html.set_defaults(func=_html)
+    for subcommand in commands.choices.values():
+        subcommand.formatter_class = _HelpFormatter
+        subcommand.allow_abbrev = False  # a mistyped flag is an error with a suggestion, not a silent prefix match
+    parser.subcommands = commands.choices  # name -> subparser, for the flag spellings
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((word for word in argv if not word.startswith("-")), None)
+    if command in parser.subcommands:
+        argv = _canonical_flags(parser.subcommands[command], argv)
     args, extra = parser.parse_known_args(argv)
     passthrough = getattr(args, "passthrough", False)
     if extra and not passthrough:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        subparser = parser.subcommands[args.command]
+        try:
+            _check_flags(subparser, extra, args.command)
+        except CommandError as error:
+            subparser.error(str(error))
+        subparser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "eval" and args.policy is None:
         args.policy = ["model"]
     # A training run keeps the tracebacks of its errors; the other commands report them in one line.

@@ -13,9 +13,11 @@ from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
 from .evaluation import RolloutSettings
 from .presets import PRESETS
+from .store import DEFAULT_CAPACITY
 
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
+MONITOR_ACTIONS = ("off", "warn", "stop", "rollback")
 
 _PARENT_FIELDS = {f.name: f for f in fields(GRPOConfig)}
 # Values of the preset-controlled fields when neither the user nor a preset sets them.
@@ -44,6 +46,19 @@ def apply_cpu_defaults(config) -> None:
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
             config.bf16 = False
+
+
+def carry_checkpointing_fields(config) -> None:
+    """Give ``activation_checkpointing(_kwargs)`` the values of ``gradient_checkpointing(_kwargs)`` where unset;
+    called before ``TrainingArguments.__post_init__``.
+
+    TRL's configs still set ``gradient_checkpointing`` (``True`` by default), the name transformers deprecated for
+    ``activation_checkpointing``, so every config would warn about a field its user never touched.
+    """
+    for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                     ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+        if hasattr(config, new) and getattr(config, new) is None:
+            setattr(config, new, getattr(config, old))
 
 
 def parse_environment_kwargs(value: dict | str | None) -> dict | None:
@@ -230,6 +245,36 @@ class StarPOConfig(GRPOConfig):
         },
     )
 
+    save_trajectories: bool = field(
+        default=True,
+        metadata={
+            "help": "Keep every step's trajectories in a store (a `datasets` dataset), saved into each checkpoint and "
+            "into output_dir/trajectories at the end of training."
+        },
+    )
+    trajectory_capacity: int = field(
+        default=DEFAULT_CAPACITY, metadata={"help": "Trajectories the store keeps (the oldest are dropped first)."}
+    )
+    html_sample: int = field(
+        default=16,
+        metadata={"help": "Trajectories sampled from the store into output_dir/trajectories.html at the end (0: none)."},
+    )
+    save_agent_files: bool = field(
+        default=True,
+        metadata={
+            "help": "Write starpo_agent.json into each checkpoint and, at the end of training, starpo_agent.json, "
+            "learning_curves.png, trainer_state.json and the agent's model card README.md into output_dir."
+        },
+    )
+    monitor: str = field(
+        default="off",
+        metadata={
+            "help": f"The echo-trap monitor, one of {MONITOR_ACTIONS}: 'warn' logs the monitor/* metrics and warns "
+            "when a collapse is detected, 'stop' also stops training, 'rollback' restores the best checkpoint so far "
+            "with a lower learning rate; 'off' adds nothing. The recipes default to 'warn' (docs/monitoring.md)."
+        },
+    )
+
     def __post_init__(self):
         if self.thinking_critic and not self.enable_thinking:
             raise ValueError(
@@ -245,6 +290,7 @@ class StarPOConfig(GRPOConfig):
         self.environment_kwargs = parse_environment_kwargs(self.environment_kwargs)
         self._validate_sampling_and_batch_fields()  # before GRPOConfig's, which divides by some of them
         apply_cpu_defaults(self)
+        carry_checkpointing_fields(self)
         super().__post_init__()
         self._validate_starpo_fields()
 
@@ -283,6 +329,13 @@ class StarPOConfig(GRPOConfig):
         if self.loss_type not in SUPPORTED_LOSS_TYPES:
             raise ValueError(
                 f"loss_type={self.loss_type!r} is not supported by StarPOTrainer; use one of {SUPPORTED_LOSS_TYPES}."
+            )
+        if self.monitor not in MONITOR_ACTIONS:
+            raise ValueError(f"monitor must be one of {MONITOR_ACTIONS}, got {self.monitor!r}.")
+        if self.trajectory_capacity < 1 or self.html_sample < 0:
+            raise ValueError(
+                f"trajectory_capacity must be >= 1 and html_sample >= 0, got {self.trajectory_capacity} and "
+                f"{self.html_sample}; switch the store off with save_trajectories=False."
             )
         if self.use_vllm:
             raise ValueError("use_vllm=True is not supported by StarPOTrainer yet; set use_vllm=False.")

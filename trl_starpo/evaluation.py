@@ -338,8 +338,8 @@ class ExpertPolicy(ScriptedPolicy):
 class EvaluationResult:
     """The outcome of :func:`evaluate`: averaged statistics and the episodes they came from.
 
-    ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus
-    ``success_stderr`` (the standard error of the success rate). ``env_errors`` counts the episodes whose
+    ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus ``success_low``
+    and ``success_high``, the 95% Wilson interval of the success rate. ``env_errors`` counts the episodes whose
     environment failed (at reset or at a step), ``first_env_error`` is the first one's error.
     """
 
@@ -360,16 +360,32 @@ class EvaluationResult:
                 "first_env_error": self.first_env_error}
 
 
+def success_interval(success_rate: float, episodes: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a success rate measured over ``episodes`` episodes; NaNs without episodes.
+
+    Unlike the normal approximation (``p ± 1.96 sqrt(p(1-p)/n)``), it does not shrink to a point at 0 or 1
+    successes out of a few episodes: 0/4 gives [0, 0.49].
+    """
+    from scipy.stats import binomtest
+
+    if not episodes or math.isnan(success_rate):
+        return float("nan"), float("nan")
+    successes = round(success_rate * episodes)
+    interval = binomtest(successes, episodes).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Mean of each rollout statistic over ``trajectories``, plus ``success_stderr``; NaN when there are none."""
+    """Mean of each rollout statistic over ``trajectories``, plus the 95% Wilson interval of the success rate
+    (``success_low``, ``success_high``); NaN when there are none."""
     from .rollout.metrics import STAT_NAMES, trajectory_stats
 
     if not trajectories:
-        return {**{name: float("nan") for name in STAT_NAMES}, "success_stderr": float("nan")}
+        return {**{name: float("nan") for name in STAT_NAMES}, "success_low": float("nan"),
+                "success_high": float("nan")}
     rows = [trajectory_stats(t) for t in trajectories]
     stats = {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*rows))}
-    p, n = stats["success"], len(trajectories)
-    stats["success_stderr"] = math.sqrt(p * (1 - p) / n)
+    stats["success_low"], stats["success_high"] = success_interval(stats["success"], len(trajectories))
     return stats
 
 
@@ -463,8 +479,13 @@ def load_agent(model: str | None = None, *, device: str | None = None, dtype: st
             loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = _load_tokenizer(path, loaded)
     except (OSError, ValueError) as error:
-        where = "a local folder" if Path(path).exists() else "a Hub id (offline: it must already be in the cache)"
-        raise ValueError(f"Cannot load model {model!r} from {path!r} as {where}: {error}") from error
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if Path(path).exists():
+            raise ValueError(f"Cannot load model {model!r} from the folder {path!r}: {reason}") from error
+        raise ValueError(
+            f"Cannot load model {model!r}: there is no folder {path!r} in {Path.cwd()}, and it is not a Hub model "
+            f"that can be loaded (offline, it must already be in the cache): {reason}"
+        ) from error
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")

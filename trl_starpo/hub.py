@@ -5,8 +5,8 @@ learning-curve PNG and a model card made for agents (``cards.model_card``). The 
 repository (one Parquet file and a dataset card). Everything goes through ``huggingface_hub.HfApi``: one
 ``create_repo`` and one ``create_commit`` per repository, so a push is all or nothing.
 
-``StarPOHubMixin`` gives a trainer the agent card and push (``create_model_card``, ``push_to_hub``);
-``trl_starpo.callbacks.attach_agent_callbacks`` binds the same functions to a ``StarPOTrainer`` instance.
+``StarPOHubMixin`` gives a trainer (``StarPOTrainer`` inherits it) the agent card and push (``create_model_card``,
+``push_to_hub``).
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def create_model_card(trainer, model_name: str | None = None, dataset_name: str 
     if not trainer.is_world_process_zero():
         return
     record = write_agent_files(trainer)
-    repo_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id or Path(trainer.args.output_dir).name
+    # Before a push the card names the folder as given, so its commands run from where training was launched.
+    repo_id = getattr(trainer, "hub_model_id", None) or trainer.args.hub_model_id or str(trainer.args.output_dir)
     extra = [tags] if isinstance(tags, str) else list(tags or [])
     plot = PLOT_FILE if (Path(trainer.args.output_dir) / PLOT_FILE).is_file() else None
     card = model_card(record, repo_id=repo_id, model_name=model_name, plot_file=plot, extra_tags=extra)

@@ -35,13 +35,21 @@ def embedded_gguf_path() -> Path | None:
     return path if path.is_file() else None
 
 
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` can only be a local path, never a Hub id (``owner/name`` or ``name``)."""
+    return name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+
+
 def resolve_model_path(model: str | None = None) -> str:
     """Map a model name to something ``from_pretrained`` can load without a network.
 
     A local folder or any Hub id other than the default is returned unchanged. The default id (or ``None``)
-    resolves to the embedded SmolLM2 converted to safetensors, converting it on first use.
+    resolves to the embedded SmolLM2 converted to safetensors, converting it on first use. A name that can only be
+    a path (``./x``, ``/x``, ``~/x``, ``a/b/c``) and does not exist raises ``ValueError`` saying so.
     """
     model = model or DEFAULT_MODEL
+    if looks_like_path(model) and not Path(model).expanduser().exists():
+        raise ValueError(f"No model folder at {model!r}: {Path(model).expanduser().absolute()} does not exist.")
     if model != DEFAULT_MODEL or Path(model).is_dir():
         return model
     target = cache_dir() / "models" / "SmolLM2-135M-Instruct"

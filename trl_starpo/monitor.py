@@ -278,9 +278,8 @@ class EchoTrapCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             return
-        folder = self.resume_from_checkpoint or os.path.join(
-            args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        )
+        folder = (self.resume_from_checkpoint or getattr(self.trainer, "resumed_from", None)
+                  or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
         path = Path(folder, STATE_FILE)
         if path.is_file():
             self.load_state_dict(json.loads(path.read_text()))
@@ -386,9 +385,13 @@ def add_echo_trap_monitor(
 ) -> EchoTrapCallback:
     """Add ``MonitorCallback`` and ``EchoTrapCallback`` to ``trainer``; returns the ``EchoTrapCallback``.
 
+    A ``StarPOTrainer`` whose config sets ``monitor`` already has them; calling this replaces them.
     ``kwargs`` go to ``EchoTrapCallback`` (``lr_factor``, ``max_rollbacks``, ``cooldown_steps``,
     ``resume_from_checkpoint``, ...); ``resume_from_checkpoint`` to ``MonitorCallback`` too.
     """
+    for callback in list(trainer.callback_handler.callbacks):
+        if isinstance(callback, (MonitorCallback, EchoTrapCallback)):
+            trainer.remove_callback(callback)
     trainer.add_callback(MonitorCallback(trainer, probe_every=probe_every, probe_size=probe_size,
                                          resume_from_checkpoint=kwargs.get("resume_from_checkpoint")))
     echo = EchoTrapCallback(trainer, action=action, detectors=detectors, **kwargs)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .callbacks import attach_agent_callbacks
 from .store import TrajectoryStore, record_trajectory
 from .trainer import StarPOTrainer
 from .trajectory import Trajectory
@@ -122,6 +123,7 @@ class OfflineStarPOTrainer(StarPOTrainer):
             peft_config=peft_config,
         )
         self._check_vocabulary()
+        attach_agent_callbacks(self, save_trajectories=False)  # the logged trajectories are the data, not a log
 
     def _check_vocabulary(self) -> None:
         import pyarrow.compute as pc

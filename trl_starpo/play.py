@@ -8,6 +8,7 @@ to ``max_actions_per_turn`` actions separated by the action separator, within th
 from __future__ import annotations
 
 import sys
+import unicodedata
 from typing import Any, TextIO
 
 from .evaluation import ModelPolicy, RolloutSettings
@@ -28,8 +29,14 @@ _STYLES = {
 _RESET = "\033[0m"
 
 
+def printable(text: str) -> str:
+    """``text`` without control characters other than newline and tab: model output and environment text cannot
+    clear the screen, retitle the window or write the clipboard through terminal escape sequences."""
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc")
+
+
 class Printer:
-    """Writes labelled, optionally coloured, lines of an episode to a stream."""
+    """Writes labelled, optionally coloured, lines of an episode to a stream; the text is made printable first."""
 
     def __init__(self, stream: TextIO | None = None, color: bool | None = None):
         self.stream = stream or sys.stdout
@@ -37,7 +44,7 @@ class Printer:
 
     def line(self, kind: str, text: str, label: str | None = None) -> None:
         prefix = f"{label}: " if label else ""
-        body = f"{prefix}{text}"
+        body = printable(f"{prefix}{text}")
         if self.color and _STYLES.get(kind):
             body = f"{_STYLES[kind]}{body}{_RESET}"
         print(body, file=self.stream, flush=True)
@@ -70,7 +77,7 @@ def play_model(policy: ModelPolicy, environment: str, task: dict[str, Any], *,
     from .envs import load_environment
 
     printer = printer or Printer()
-    env = load_environment(environment, **(environment_kwargs or {}))
+    env = _LastObservation(load_environment(environment, **(environment_kwargs or {})))
     try:
         printer.line("title", f"{environment} — task {task.get('task_id', '?')}")
         printer.line("observation", env.system_prompt, "system")
@@ -79,8 +86,26 @@ def play_model(policy: ModelPolicy, environment: str, task: dict[str, Any], *,
         env.close()
     for index, turn in enumerate(trajectory.turns):
         printer.turn(index, turn)
+    if env.last is not None and trajectory.terminated:
+        printer.line("observation", env.last, "final state")
     printer.outcome(trajectory)
     return trajectory
+
+
+class _LastObservation:
+    """An environment that remembers the observation of its last step (the collector keeps no observation after
+    the episode ends), so that the final state can be shown."""
+
+    def __init__(self, env):
+        self.env, self.last = env, None
+
+    def step(self, action):
+        result = self.env.step(action)
+        self.last = result[0]
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
 
 
 def play_human(environment: str, task: dict[str, Any], settings: RolloutSettings | None = None, *,
@@ -91,11 +116,21 @@ def play_human(environment: str, task: dict[str, Any], settings: RolloutSettings
 
     settings = settings or RolloutSettings()
     printer = printer or Printer()
+    if read_line is input and sys.stdin.isatty():
+        _line_editing()
     env = load_environment(environment, **(environment_kwargs or {}))
     try:
         return _human_episode(env, environment, task, settings, printer, read_line)
     finally:
         env.close()
+
+
+def _line_editing() -> None:
+    """Give ``input()`` line editing and history (arrow keys move the cursor instead of typing ``^[[D``)."""
+    try:
+        import readline  # noqa: F401  (importing it is what turns line editing on)
+    except ImportError:  # not on every platform
+        pass
 
 
 def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettings, printer: Printer,
@@ -148,7 +183,7 @@ def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettin
             trajectory.truncation = "action_budget"
     if not trajectory.done:
         trajectory.truncation = "max_turns"
-    if not trajectory.terminated and trajectory.env_error is None:
-        printer.line("observation", observation, "observation")
+    if trajectory.env_error is None:
+        printer.line("observation", observation, "final state")
     printer.outcome(trajectory)
     return trajectory

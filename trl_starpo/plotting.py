@@ -2,7 +2,8 @@
 
 The curves come from a ``log_history``: the list of logged dicts that ``Trainer.state`` keeps and every checkpoint's
 ``trainer_state.json`` holds. Each panel plots the training metric by optimizer step and, when the run evaluated, the
-matching ``eval_`` metric.
+matching ``eval_`` metric; validation before and after training are points (success with its Wilson interval), and
+the echo-trap monitor's detections are marked on every panel.
 """
 
 from __future__ import annotations
@@ -39,27 +40,60 @@ def metric_series(log_history: Sequence[dict[str, Any]], name: str) -> tuple[lis
     return steps, values
 
 
+def echo_trap_detections(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The steps where the echo-trap monitor detected a collapse (``echo_trap/detected`` in the log), with the
+    detectors that fired and the step rolled back to, if any."""
+    found = []
+    for entry in log_history:
+        if entry.get("echo_trap/detected"):
+            detectors = sorted(k.split("/", 1)[1] for k in entry
+                               if k.startswith("echo_trap/") and k not in ("echo_trap/detected", "echo_trap/rollback_to"))
+            found.append({"step": entry.get("step"), "detectors": detectors,
+                          "rollback_to": entry.get("echo_trap/rollback_to")})
+    return found
+
+
+def _validation_points(validation: dict[str, Any] | None, last_step: float) -> list[dict[str, Any]]:
+    """Validation before (at step 0) and after (at the last step) training, with the episode counts."""
+    points = []
+    for when, step in (("before", 0), ("after", last_step)):
+        stats = (validation or {}).get(when)
+        if isinstance(stats, dict):
+            episodes = stats.get("episodes", (validation or {}).get("episodes"))
+            points.append({"when": when, "step": step, "stats": stats,
+                           "episodes": episodes if isinstance(episodes, int) else None})
+    return points
+
+
 def plot_learning_curves(
     log_history: Sequence[dict[str, Any]],
     path: str | Path,
     *,
     title: str | None = None,
-    validation: dict[str, dict[str, float]] | None = None,
+    validation: dict[str, Any] | None = None,
 ) -> Path:
     """Draw the StarPO learning curves of ``log_history`` into the PNG ``path`` (1200 x 650 pixels).
+
+    Echo-trap detections (``echo_trap/detected``, logged by the monitor) are red dashed lines across every panel.
 
     Args:
         log_history: ``trainer.state.log_history`` or the ``log_history`` of a ``trainer_state.json``.
         path: Where to write the PNG; parent folders are created.
         title: The figure's title.
-        validation: Validation results before / after training (``{"before": {"success": ...}, "after": ...}``),
-            drawn as horizontal lines on the success and return panels.
+        validation: Validation results before / after training (``{"before": {"success": ..., "episodes": ...},
+            "after": ...}``, as the recipes record them), drawn as points at step 0 and at the last step on the
+            success and return panels, the success with its 95% Wilson interval over the episodes played.
     """
     from matplotlib.figure import Figure  # a bare Figure renders with Agg and never touches pyplot's backend
     from matplotlib.ticker import MaxNLocator
 
+    from .evaluation import success_interval
+
     figure = Figure(figsize=FIGURE_SIZE, dpi=DPI)
     axes = figure.subplots(2, 3)
+    steps_logged = [entry["step"] for entry in log_history if isinstance(entry.get("step"), (int, float))]
+    points = _validation_points(validation, max(steps_logged, default=1))
+    detections = echo_trap_detections(log_history)
     for ax, (panel, names) in zip(axes.flat, PANELS):
         name = next((n for n in names if metric_series(log_history, n)[1]), names[0])
         steps, values = metric_series(log_history, name)
@@ -68,10 +102,25 @@ def plot_learning_curves(
         eval_steps, eval_values = metric_series(log_history, f"eval_{name}")
         if eval_values:
             ax.plot(eval_steps, eval_values, marker="s", markersize=3, label="eval")
-        for when, style in (("before", ":"), ("after", "--")):
-            key = {"success": "success", "return": "return"}.get(panel)
-            if key and validation and when in validation and key in validation[when]:
-                ax.axhline(validation[when][key], linestyle=style, color="gray", label=f"validation {when}")
+        key = {"success": "success", "return": "return"}.get(panel)
+        for point, color in zip(points, ("gray", "black")) if key else ():
+            value = point["stats"].get(key)
+            if not isinstance(value, (int, float)) or math.isnan(value):
+                continue
+            label = f"validation {point['when']}" + (f" (n={point['episodes']})" if point["episodes"] else "")
+            error = None
+            if key == "success" and point["episodes"]:
+                low, high = success_interval(value, point["episodes"])
+                error = [[value - low], [high - value]]
+            ax.errorbar([point["step"]], [value], yerr=error, fmt="D", color=color, capsize=4, markersize=5,
+                        label=label)
+        for index, detection in enumerate(detections):
+            ax.axvline(detection["step"], color="#c9383a", linestyle="--", linewidth=1,
+                       label="echo-trap detection" if index == 0 and panel == "success" else None)
+            if detection["rollback_to"] is not None and panel == "success":
+                ax.annotate(f"rollback to {int(detection['rollback_to'])}", (detection["step"], 1),
+                            xycoords=("data", "axes fraction"), fontsize=7, color="#c9383a", rotation=90,
+                            ha="right", va="top")
         if not values and not eval_values:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
         ax.set_title(f"{panel} ({name})", fontsize=10)

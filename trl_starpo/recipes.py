@@ -19,12 +19,10 @@ from pathlib import Path
 
 from trl import ModelConfig, TrlParser, get_peft_config
 
-from .callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import load_tasks
-from .hub import write_agent_files
+from .hub import public_model_name, write_agent_files
 from .models import DEFAULT_MODEL, resolve_model_path
-from .store import DEFAULT_CAPACITY
 from .trainer import StarPOTrainer
 
 
@@ -46,25 +44,21 @@ class EvaluationArguments:
 
 @dataclass
 class RecipeArguments(EvaluationArguments):
-    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source and validation episodes (played
-    before and after training), and what is kept of the trajectories."""
+    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source and the validation episodes,
+    played before and after training. (What is kept of the run, the trajectory store, its HTML sample and the agent
+    files, are ``StarPOConfig`` fields.)"""
 
-    save_trajectories: bool = field(
-        default=True,
-        metadata={"help": "Keep the trajectories of every step in a store saved with checkpoints and at the end."},
-    )
-    trajectory_capacity: int = field(
-        default=DEFAULT_CAPACITY, metadata={"help": "Trajectories the store keeps (the oldest are dropped first)."}
-    )
-    html_sample: int = field(
-        default=16, metadata={"help": "Trajectories sampled into output_dir/trajectories.html at the end (0: none)."}
-    )
+
+def recipe_parser() -> TrlParser:
+    """The recipes' parser: every field of ``RecipeArguments``, ``StarPOConfig`` and ``ModelConfig`` as a flag."""
+    parser = TrlParser((RecipeArguments, StarPOConfig, ModelConfig))
+    parser.set_defaults(monitor="warn")  # the recipes watch for the echo trap; a YAML key or flag still wins
+    return parser
 
 
 def parse_arguments(argv: list[str] | None = None) -> tuple[RecipeArguments, StarPOConfig, ModelConfig]:
     """Parse ``argv`` (the command line by default) and its ``--config`` YAML into the recipe's three dataclasses."""
-    parser = TrlParser((RecipeArguments, StarPOConfig, ModelConfig))
-    return parser.parse_args_and_config(args=argv)
+    return recipe_parser().parse_args_and_config(args=argv)
 
 
 def resolve_model(model_args: ModelConfig, args) -> tuple[str, str]:
@@ -107,21 +101,15 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
         peft_config=get_peft_config(model_args),
     )
     checkpoint = resume_checkpoint(args)
-    agent = attach_agent_callbacks(
-        trainer,
-        environment=environment,
-        base_model=model_name,
-        save_trajectories=recipe.save_trajectories,
-        capacity=recipe.trajectory_capacity,
-        html_sample=recipe.html_sample,
-        resume_from_checkpoint=checkpoint,
-    )
+    agent = trainer.starpo_agent  # what starpo_agent.json and the card say; the validation results are added below
+    agent.base_model = public_model_name(model_name)
     splits = {split: load_tasks(environment, split=split, source=recipe.tasks) for split in recipe.eval_splits}
     by_split = {split: {} for split in splits}
 
     def evaluate(when: str) -> None:
         for split, tasks in splits.items():
-            by_split[split][when] = trainer.evaluate_episodes(tasks, recipe.eval_episodes)
+            stats = trainer.evaluate_episodes(tasks, recipe.eval_episodes)
+            by_split[split][when] = {**stats, "episodes": min(recipe.eval_episodes, len(tasks))}
 
     primary = recipe.eval_splits[0] if recipe.eval_splits else None
     if recipe.eval_episodes and primary:
@@ -177,10 +165,8 @@ def run_offline(argv: list[str] | None = None):
         args=args,
         peft_config=get_peft_config(model_args),
     )
-    environments = sorted({e for e in trainer.logged.unique("environment") if e})
-    agent = attach_agent_callbacks(trainer, environment=environments[0] if len(environments) == 1 else None,
-                                   base_model=model_name, save_trajectories=False)
-    agent.environments = environments
+    trainer.starpo_agent.environments = sorted({e for e in trainer.logged.unique("environment") if e})
+    trainer.starpo_agent.base_model = public_model_name(model_name)
     trainer.train(resume_from_checkpoint=resume_checkpoint(args))
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process and not args.push_to_hub:

@@ -17,7 +17,7 @@ from typing import Any
 
 from trl import SFTConfig
 
-from .config import apply_cpu_defaults, parse_environment_kwargs
+from .config import apply_cpu_defaults, carry_checkpointing_fields, parse_environment_kwargs
 from .evaluation import RolloutArguments, RolloutSettings
 from .rollout.parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 from .trajectory import Segment, Trajectory
@@ -214,6 +214,7 @@ class ExpertSFTConfig(SFTConfig, RolloutArguments):
             self.max_length = self.max_context_length
         self.environment_kwargs = parse_environment_kwargs(self.environment_kwargs)
         apply_cpu_defaults(self)
+        carry_checkpointing_fields(self)
         super().__post_init__()
         if self.max_length is not None and self.max_length < self.max_context_length:
             raise ValueError(

@@ -10,7 +10,9 @@ after the first prompt) in which only the model's own tokens are trained.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,11 +38,13 @@ from .algorithms.critics import (
 )
 from .algorithms.filtering import trajectory_filter_weights
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
+from .callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import Environment, EnvironmentPool, check_environment, load_environment, load_tasks
 from .hub import StarPOHubMixin
 from .nonfinite import NonFiniteGuard
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
+from .monitor import add_echo_trap_monitor
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -62,6 +66,15 @@ def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Envir
     if callable(environment):
         return environment
     raise TypeError(f"environment must be a registered name or a factory, got {type(environment).__name__}.")
+
+
+@contextmanager
+def _quiet_checkpointing_rename():
+    """PEFT (at construction) and TRL's generation context (at every rollout) read
+    ``model.is_gradient_checkpointing``, a name transformers deprecated: a FutureWarning not the user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def episode_return(prompts=None, completions=None, *, episode_return: list[float], **kwargs) -> list[float]:
@@ -104,6 +117,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     _tag_names = ["trl", "starpo", "agent"]
     _name = "StarPO"
 
+    @_quiet_checkpointing_rename()
     def __init__(
         self,
         model,
@@ -159,6 +173,17 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 "optimizer step of the same batch, so there must be at least 3: steps_per_generation * "
                 "num_iterations >= 3 * gradient_accumulation_steps."
             )
+        self.resumed_from: str | None = None  # the checkpoint folder train() resumes from, for the callbacks
+        attach_agent_callbacks(self)  # the trajectory store, agent files, curves, card and HTML the config asks for
+        if args.monitor != "off":
+            add_echo_trap_monitor(self, action=args.monitor)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """``Trainer.train``; a checkpoint folder resumed from is kept as ``resumed_from``, where the trajectory store
+        and the echo-trap monitor restore their own state from."""
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
+            self.resumed_from = str(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
         hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
@@ -186,6 +211,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         """Build the pool's first environment and check it has what the rollout reads."""
         check_environment(self.environment_pool.take(1)[0])
 
+    @_quiet_checkpointing_rename()
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
         """Play one episode per task row with the current policy."""
         with (
@@ -284,6 +310,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             estimate = self._gae_advantages(estimator_batch, batch, hidden, mode)
         for name, value in estimate.metrics.items():
             self._metrics[mode][name].append(value)
+        self._record_advantages(trajectories, estimate.advantages, model_mask, local_keep)
         advantages = token_advantages(
             estimate.advantages, segments, thinking_weight=self.args.thinking_loss_weight,
             action_weight=self.args.action_loss_weight,
@@ -322,6 +349,15 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 "trajectories of this batch: on sparse rewards a rare success is a statistical outlier. "
                 "trajectory_filter='outlier_clip' keeps them with a bounded weight."
             )
+
+    @staticmethod
+    def _record_advantages(trajectories, advantages, model_mask, keep) -> None:
+        """Note on each trajectory its advantage (per trajectory, or the mean over its model tokens) and whether the
+        filter kept it, for the trajectory store and its HTML view."""
+        if advantages.dim() == 2:
+            advantages = (advantages * model_mask).sum(dim=1) / model_mask.sum(dim=1).clamp(min=1)
+        for trajectory, advantage, kept in zip(trajectories, advantages.tolist(), keep.tolist()):
+            trajectory.advantage, trajectory.kept = advantage, bool(kept)
 
     def _completion_hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """The policy's last hidden states ``(B, T + 1, H)`` from the state before the first completion token to

@@ -64,6 +64,10 @@ class Trajectory:
             ``"env_timeout"``: the call that overran).
         logprobs: One entry per token: the log-probability the sampling policy gave each generated token, ``None``
             on every other token (and on generated tokens when the generator does not report them).
+        advantage: The advantage the trainer gave the trajectory (its group-relative return advantage, or with a
+            value critic the mean advantage of its generated tokens); ``None`` outside training.
+        kept: Whether the trajectory filter kept it for the update (``False``: it trained nothing); ``None``
+            outside training.
     """
 
     task_id: str
@@ -77,6 +81,8 @@ class Trajectory:
     truncation: str | None = None
     env_error: str | None = None
     logprobs: list[float | None] = field(default_factory=list)
+    advantage: float | None = None
+    kept: bool | None = None
 
     def append(self, ids: list[int], segment: Segment | list[int], logprobs: list[float] | None = None) -> None:
         """Append tokens with one label for all of them, or a label per token, and their sampling log-probs."""

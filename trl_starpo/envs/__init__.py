@@ -3,6 +3,7 @@
 from .base import Environment, TextEnvironment, check_environment
 from .pool import EnvironmentPool
 from .registry import list_environments, load_environment, load_task_dataset, load_tasks, write_task_split
+from .splits import parse_task_split_args, write_task_splits
 
 __all__ = [
     "Environment",
@@ -13,5 +14,7 @@ __all__ = [
     "load_environment",
     "load_task_dataset",
     "load_tasks",
+    "parse_task_split_args",
     "write_task_split",
+    "write_task_splits",
 ]

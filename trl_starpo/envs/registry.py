@@ -13,7 +13,10 @@ function is called as ``load_environment``; its tasks come from a ``load_tasks``
 
 from __future__ import annotations
 
+import difflib
+import importlib.util
 import inspect
+import json
 from collections.abc import Callable
 from functools import cache
 from importlib.metadata import entry_points
@@ -35,16 +38,24 @@ def list_environments() -> list[str]:
     return sorted(_entry_points())
 
 
+def unknown_environment(name: str) -> ValueError:
+    """The error for an environment name that is not installed: the closest installed name and the whole list."""
+    installed = list_environments()
+    close = difflib.get_close_matches(str(name), installed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ValueError(
+        f"Unknown environment {name!r}.{hint} Installed environments: {', '.join(installed) or 'none'}. An "
+        f"environment is a package that registers the entry-point group {ENTRY_POINT_GROUP!r} (see "
+        "docs/environments.md)."
+    )
+
+
 def registered_object(name: str) -> ModuleType | Callable[..., Any]:
     """What ``name``'s entry point names: a module or a callable. Raises ``ValueError`` naming the installed
     environments when ``name`` is not one of them."""
     eps = _entry_points()
     if name not in eps:
-        installed = ", ".join(list_environments()) or "none"
-        raise ValueError(
-            f"Unknown environment {name!r}. Installed environments: {installed}. An environment is a package that "
-            f"registers the entry-point group {ENTRY_POINT_GROUP!r} (see docs/environments.md)."
-        )
+        raise unknown_environment(name)
     return eps[name].load()
 
 
@@ -65,6 +76,29 @@ def _function(name: str, function: str) -> Callable[..., Any]:
     return found
 
 
+def task_split_sizes(name: str) -> dict[str, int] | None:
+    """Rows of each task split of environment ``name``, counted in its package's ``data/<split>.jsonl`` files
+    (those whose rows have a ``task_id``) without importing the package or building a dataset; ``None`` when the
+    package keeps its tasks elsewhere (``load_tasks`` then counts them)."""
+    eps = _entry_points()
+    if name not in eps:
+        raise unknown_environment(name)
+    spec = importlib.util.find_spec(eps[name].module.split(".")[0])
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    sizes = {}
+    for path in Path(next(iter(spec.submodule_search_locations)), "data").glob("*.jsonl"):
+        with path.open(encoding="utf-8") as lines:
+            try:
+                first = json.loads(lines.readline())
+            except ValueError:
+                continue
+            if isinstance(first, dict) and "task_id" in first:
+                sizes[path.stem] = 1 + sum(1 for line in lines if line.strip())
+    order = lambda split: (0 if split == "train" else 1 if split.startswith("valid") else 2, split)  # noqa: E731
+    return {split: sizes[split] for split in sorted(sizes, key=order)} or None
+
+
 def load_environment(name: str, **kwargs: Any):
     """Create the environment registered as ``name``, passing ``kwargs`` to its ``load_environment``."""
     return _function(name, "load_environment")(**kwargs)
@@ -72,13 +106,14 @@ def load_environment(name: str, **kwargs: Any):
 
 def load_tasks(name: str, split: str | None = None, source: str | None = None):
     """Load the task instances of environment ``name`` (see ``load_task_dataset``)."""
-    return _function(name, "load_tasks")(split=split, source=source)
+    from ..store import _quiet_datasets
+
+    with _quiet_datasets():  # no "Generating train split" bars each time a task set is read
+        return _function(name, "load_tasks")(split=split, source=source)
 
 
 def write_task_split(data_dir: str | Path, split: str, rows: list[dict[str, Any]]) -> Path:
     """Write one split of task rows as ``<data_dir>/<split>.jsonl``, the layout ``load_task_dataset`` reads."""
-    import json
-
     if split not in SPLITS:
         raise ValueError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
     path = Path(data_dir) / f"{split}.jsonl"
@@ -97,9 +132,13 @@ def load_task_dataset(data_dir: str | Path, split: str | None = None, source: st
     """
     import datasets
 
+    from ..store import _quiet_datasets
+
     if split is not None and split not in SPLITS:
         raise ValueError(f"Unknown split {split!r}; choose one of {', '.join(SPLITS)}.")
-    if source is not None:
-        return datasets.load_dataset(source, split=split)
-    data_files = {s: str(Path(data_dir) / f"{s}.jsonl") for s in SPLITS}
-    return datasets.load_dataset("json", data_files=data_files, split=split)
+    with _quiet_datasets():
+        if source is not None:
+            return datasets.load_dataset(source, split=split)
+        data_files = {s: str(Path(data_dir) / f"{s}.jsonl") for s in SPLITS}
+        return datasets.load_dataset("json", data_files=data_files, split=split)
+

@@ -111,6 +111,17 @@ def step_action(
     return result.observation, False
 
 
+def _current_state(trajectory: Trajectory) -> str:
+    """The environment's latest observation, without format hints: what the first turn of the trailing run of
+    malformed turns saw (a malformed turn steps nothing, so the state has not changed since)."""
+    first = trajectory.turns[-1]
+    for turn in reversed(trajectory.turns[:-1]):
+        if turn.format_ok:
+            break
+        first = turn
+    return first.observation
+
+
 class RolloutCollector:
     """Collects multi-turn trajectories, token-in/token-out.
 
@@ -223,7 +234,7 @@ class RolloutCollector:
             for i, (turn, _, ended) in played.items():
                 if not turn.format_ok:
                     observations[i] = f"Invalid response ({turn.format_error}). {self._format_hint()}\n"
-                    observations[i] += last_observation[i]
+                    observations[i] += _current_state(trajectories[i])
                 if self._append_observation(trajectories[i], observations[i], ended):
                     last_observation[i] = observations[i]
         for trajectory in trajectories:

@@ -30,7 +30,8 @@ def main() -> None:
             result = evaluate(policy(settings, seed=0), "alfworld", tasks, args.episodes, split=split,
                               environment_kwargs={"max_steps": steps}, batch_size=1)
             row = {"split": split, "policy": policy.name, "max_steps": steps, "episodes": result.episodes,
-                   "success": result.stats["success"], "success_stderr": result.stats["success_stderr"]}
+                   "success": result.stats["success"], "success_low": result.stats["success_low"],
+                   "success_high": result.stats["success_high"]}
             print(json.dumps(row), flush=True)
 
 

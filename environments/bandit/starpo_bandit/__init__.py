@@ -12,14 +12,13 @@ A task is fixed by its seed: the pair of names and the order the two arms are sh
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
+from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split_args, write_task_splits
 
 __all__ = [
     "ARM_NAME_PAIRS",
@@ -218,15 +217,11 @@ def generate_tasks(
 
 def write_tasks(out_dir: str | Path = DATA_DIR, sizes: dict[str, int] = SPLIT_SIZES) -> None:
     """Write ``<split>.jsonl`` for each split in ``sizes`` to ``out_dir``."""
-    for split, size in sizes.items():
-        write_task_split(out_dir, split, generate_tasks(split, size))
+    write_task_splits(out_dir, ((split, generate_tasks(split, size)) for split, size in sizes.items()))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate the task files: ``python -m starpo_bandit [--out-dir DIR] [--train N] ...``."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_bandit", description="Regenerate the bandit task sets.")
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="folder for the .jsonl files")
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}", type=int, default=size, metavar="N", help=f"{split} size (default {size})")
-    args = parser.parse_args(argv)
-    write_tasks(args.out_dir, {split: getattr(args, split) for split in SPLIT_SIZES})
+    """Regenerate the task files: ``python -m starpo_bandit [--out-dir DIR] [--train-size N] ...``."""
+    args = parse_task_split_args("python -m starpo_bandit", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description="Regenerate the bandit task sets.")
+    write_tasks(args.out_dir, args.split_sizes)

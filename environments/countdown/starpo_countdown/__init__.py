@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
+from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split_args, write_task_splits
 
 __all__ = [
     "CountdownEnv",
@@ -367,20 +367,19 @@ def generate_tasks(split: str, size: int, **params: int) -> list[dict[str, Any]]
 
 def write_tasks(out_dir: str | Path = DATA_DIR, sizes: dict[str, int] = SPLIT_SIZES, **params: int) -> None:
     """Write ``<split>.jsonl`` for each split in ``sizes`` to ``out_dir``; ``params`` go to ``make_task``."""
-    for split, size in sizes.items():
-        write_task_split(out_dir, split, generate_tasks(split, size, **params))
+    write_task_splits(out_dir, ((split, generate_tasks(split, size, **params)) for split, size in sizes.items()))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate the task files: ``python -m starpo_countdown [--out-dir DIR] [--train N] ...``."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_countdown", description="Regenerate the puzzle sets.")
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="folder for the .jsonl files")
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}", type=int, default=size, metavar="N", help=f"{split} size (default {size})")
+def _puzzle_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-numbers", type=int, default=3, help="fewest numbers in a puzzle (default 3)")
     parser.add_argument("--max-numbers", type=int, default=4, help="most numbers in a puzzle (default 4)")
     parser.add_argument("--max-number", type=int, default=100, help="largest number (default 100)")
     parser.add_argument("--max-target", type=int, default=1000, help="largest target (default 1000)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Regenerate the task files: ``python -m starpo_countdown [--out-dir DIR] [--train-size N] ...``."""
+    args = parse_task_split_args("python -m starpo_countdown", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description="Regenerate the puzzle sets.", options=_puzzle_options)
     params = {name: getattr(args, name) for name in ("min_numbers", "max_numbers", "max_number", "max_target")}
-    write_tasks(args.out_dir, {split: getattr(args, split) for split in SPLIT_SIZES}, **params)
+    write_tasks(args.out_dir, args.split_sizes, **params)

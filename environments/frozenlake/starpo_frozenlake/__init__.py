@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium.envs.toy_text import frozen_lake
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
+from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split_args, write_task_splits
 
 __all__ = ["FrozenLakeEnv", "generate_tasks", "load_environment", "load_tasks", "main", "render"]
 
@@ -163,22 +163,15 @@ def load_tasks(split: str | None = None, source: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Regenerate the task splits (``python -m starpo_frozenlake --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_frozenlake", description=main.__doc__)
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
-    parser.add_argument("--size", type=int, default=4)
-    parser.add_argument("--p", type=float, default=0.8, help="probability that a tile is frozen")
-    parser.add_argument("--not-slippery", dest="is_slippery", action="store_false")
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}-size", type=int, default=size)
-    args = parser.parse_args(argv)
-    for split, first_seed in SPLIT_FIRST_SEEDS.items():
-        tasks = generate_tasks(
-            split,
-            getattr(args, f"{split}_size"),
-            first_seed,
-            size=args.size,
-            p=args.p,
-            is_slippery=args.is_slippery,
-        )
-        path = write_task_split(args.out_dir, split, tasks)
-        print(f"wrote {len(tasks)} tasks to {path}")
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--size", type=int, default=4)
+        parser.add_argument("--p", type=float, default=0.8, help="probability that a tile is frozen")
+        parser.add_argument("--not-slippery", dest="is_slippery", action="store_false")
+
+    args = parse_task_split_args("python -m starpo_frozenlake", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description=main.__doc__, options=options)
+    write_task_splits(args.out_dir, (
+        (split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], size=args.size, p=args.p,
+                               is_slippery=args.is_slippery))
+        for split, count in args.split_sizes.items()
+    ))

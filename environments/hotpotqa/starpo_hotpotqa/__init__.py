@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trl_starpo.envs import write_task_split
+from trl_starpo.envs import parse_task_split_args, write_task_splits
 
 from .env import (
     CORPUS_FILE,
@@ -115,25 +115,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Regenerate the corpus and the task splits, or measure the baselines (``python -m starpo_hotpotqa --help``)."""
     from .generate import SPLIT_SIZES, generate
 
-    parser = argparse.ArgumentParser(prog="python -m starpo_hotpotqa", description=main.__doc__)
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="generator seed; with --baselines, the random agent's (default: 0)"
-    )
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}-size", type=int, default=size, metavar="N")
-    parser.add_argument("--baselines", metavar="SPLIT", help="instead: play the scripted expert and a random agent")
-    parser.add_argument("--episodes", type=int, default=None, help="with --baselines: questions to play (all)")
-    parser.add_argument("--random-runs", type=int, default=5, help="with --baselines: random episodes per question")
-    args = parser.parse_args(argv)
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--seed", type=int, default=0, help="generator seed; with --baselines, the random agent's (default: 0)"
+        )
+        parser.add_argument("--baselines", metavar="SPLIT", help="instead: play the scripted expert and a random agent")
+        parser.add_argument("--episodes", type=int, default=None, help="with --baselines: questions to play (all)")
+        parser.add_argument("--random-runs", type=int, default=5, help="with --baselines: random episodes per question")
+
+    args = parse_task_split_args("python -m starpo_hotpotqa", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description=main.__doc__, options=options)
     if args.baselines:
         _baselines(args.baselines, args.episodes, args.random_runs, args.seed)
         return
-    sizes = {split: getattr(args, f"{split}_size") for split in SPLIT_SIZES}
-    corpus, tasks = generate(args.seed, split_sizes=sizes)
+    corpus, tasks = generate(args.seed, split_sizes=args.split_sizes)
     path = args.out_dir / CORPUS_FILE.name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(page, ensure_ascii=False) + "\n" for page in corpus), encoding="utf-8")
     print(f"wrote {len(corpus)} pages to {path}")
-    for split, rows in tasks.items():
-        print(f"wrote {len(rows)} tasks to {write_task_split(args.out_dir, split, rows)}")
+    write_task_splits(args.out_dir, tasks.items())

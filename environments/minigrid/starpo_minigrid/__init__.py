@@ -10,7 +10,6 @@ goal-square levels) solves every shipped task; the task splits live in ``data/``
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from minigrid.minigrid_env import MiniGridEnv
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
+from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split_args, write_task_splits
 
 from .expert import Expert, expert_for
 from .text import ACTIONS, describe, parse_action
@@ -273,13 +272,11 @@ def load_tasks(split: str | None = None, source: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Regenerate the task splits (``python -m starpo_minigrid --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_minigrid", description=main.__doc__)
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
-    parser.add_argument("--env-ids", nargs="+", default=list(ENV_IDS), help="minigrid levels (default: %(default)s)")
-    for split, count in TASKS_PER_ENV.items():
-        parser.add_argument(f"--{split}-per-env", type=int, default=count, help=f"{split} tasks per level")
-    args = parser.parse_args(argv)
-    for split, first_seed in SPLIT_FIRST_SEEDS.items():
-        tasks = generate_tasks(split, getattr(args, f"{split}_per_env"), first_seed, args.env_ids)
-        path = write_task_split(args.out_dir, split, tasks)
-        print(f"wrote {len(tasks)} tasks to {path}")
+    args = parse_task_split_args(
+        "python -m starpo_minigrid", TASKS_PER_ENV, DATA_DIR, argv=argv, description=main.__doc__,
+        size_flag="--{split}-per-env",  # tasks per level
+        options=lambda parser: parser.add_argument("--env-ids", nargs="+", default=list(ENV_IDS),
+                                                   help="minigrid levels (default: %(default)s)"),
+    )
+    write_task_splits(args.out_dir, ((split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], args.env_ids))
+                                     for split, count in args.split_sizes.items()))

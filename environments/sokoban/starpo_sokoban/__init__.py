@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trl_starpo.envs import TextEnvironment, load_task_dataset, write_task_split
+from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split_args, write_task_splits
 
 __all__ = [
     "Room",
@@ -380,25 +380,19 @@ def load_tasks(split: str | None = None, source: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Regenerate the task splits (``python -m starpo_sokoban --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_sokoban", description=main.__doc__)
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
-    parser.add_argument("--dim-room", type=int, nargs=2, default=(6, 6), metavar=("HEIGHT", "WIDTH"))
-    parser.add_argument("--num-boxes", type=int, default=1)
-    parser.add_argument("--search-depth", type=int, default=30)
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}-size", type=int, default=size)
-    args = parser.parse_args(argv)
-    seen: set[tuple[str, ...]] = set()
-    for split, first_seed in SPLIT_FIRST_SEEDS.items():
-        tasks = generate_tasks(
-            split,
-            getattr(args, f"{split}_size"),
-            first_seed,
-            exclude=seen,
-            dim_room=tuple(args.dim_room),
-            num_boxes=args.num_boxes,
-            search_depth=args.search_depth,
-        )
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--dim-room", type=int, nargs=2, default=(6, 6), metavar=("HEIGHT", "WIDTH"))
+        parser.add_argument("--num-boxes", type=int, default=1)
+        parser.add_argument("--search-depth", type=int, default=30)
+
+    args = parse_task_split_args("python -m starpo_sokoban", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description=main.__doc__, options=options)
+    seen: set[tuple[str, ...]] = set()  # no room in two splits
+
+    def split_tasks(split: str, count: int) -> list[dict[str, Any]]:
+        tasks = generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], exclude=seen, dim_room=tuple(args.dim_room),
+                               num_boxes=args.num_boxes, search_depth=args.search_depth)
         seen.update(tuple(task["room"]) for task in tasks)
-        path = write_task_split(args.out_dir, split, tasks)
-        print(f"wrote {len(tasks)} tasks to {path}")
+        return tasks
+
+    write_task_splits(args.out_dir, ((split, split_tasks(split, count)) for split, count in args.split_sizes.items()))

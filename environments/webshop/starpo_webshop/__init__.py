@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trl_starpo.envs import load_task_dataset, write_task_split
+from trl_starpo.envs import load_task_dataset, parse_task_split_args, write_task_splits
 
 from .catalog import (
     CATALOG_FILE,
@@ -72,23 +72,24 @@ def load_tasks(split: str | None = None, source: str | None = None):
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Regenerate the catalog and the task splits (``python -m starpo_webshop --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m starpo_webshop", description=main.__doc__)
-    parser.add_argument("--out-dir", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")
-    parser.add_argument("--catalog-seed", type=int, default=CATALOG_SEED)
-    parser.add_argument("--products-per-type", type=int, default=PRODUCTS_PER_TYPE)
-    for split, size in SPLIT_SIZES.items():
-        parser.add_argument(f"--{split}-size", type=int, default=size)
-    args = parser.parse_args(argv)
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--catalog-seed", type=int, default=CATALOG_SEED)
+        parser.add_argument("--products-per-type", type=int, default=PRODUCTS_PER_TYPE)
 
+    args = parse_task_split_args("python -m starpo_webshop", SPLIT_SIZES, DATA_DIR, argv=argv,
+                                 description=main.__doc__, options=options)
     catalog = Catalog(generate_catalog(args.catalog_seed, args.products_per_type))
     catalog_path = Path(args.out_dir) / CATALOG_FILE
     _write_jsonl(catalog_path, catalog.to_rows())
     print(f"wrote {len(catalog)} products to {catalog_path}")
-    taken: set[str] = set()
-    for split, first_seed in SPLIT_FIRST_SEEDS.items():
-        tasks = generate_tasks(catalog, split, getattr(args, f"{split}_size"), first_seed, exclude_asins=taken)
+    taken: set[str] = set()  # no product is the goal in two splits
+
+    def split_tasks(split: str, count: int) -> list[dict[str, Any]]:
+        tasks = generate_tasks(catalog, split, count, SPLIT_FIRST_SEEDS[split], exclude_asins=taken)
         taken.update(task["asin"] for task in tasks)
-        print(f"wrote {len(tasks)} tasks to {write_task_split(args.out_dir, split, tasks)}")
+        return tasks
+
+    write_task_splits(args.out_dir, ((split, split_tasks(split, count)) for split, count in args.split_sizes.items()))
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
