@@ -61,7 +61,7 @@ def figures(output_dir: Path) -> dict:
             fired.append(step)
         steps.append(row)
     validation = json.loads((output_dir / "validation_results.json").read_text())
-    keep = ("success", "return", "action_validity", "format_error_rate")
+    keep = ("success", "return", "actions", "action_validity", "format_error_rate")
     return {
         "validation": {when: {k: round(stats[k], 4) for k in keep} for when, stats in validation.items()
                        if when in ("before", "after")},
