@@ -58,7 +58,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -555,20 +554,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
+    parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
     parser.add_argument("--threads", type=int,
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
-    parser.add_argument("--records", type=Path, default=RECORDS, help="Where run records are written.")
     parser.add_argument("--table", action="store_true", help="Only regenerate docs/results.md from the records.")
     parser.add_argument("--smoke", action="store_true",
-                        help="Every row on MiniGrid with tiny budgets, into a temporary folder (nothing recorded).")
+                        help="Tiny budgets (8 turns, 2 episodes an update, 2 held-out episodes), records under "
+                             "<workdir>/smoke: the pipeline end to end, not a result.")
     args = parser.parse_args(argv)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-
+    records = args.records or (args.workdir / "smoke" / "records" if args.smoke else RECORDS)
     if args.table:
-        print(regenerate(args.records))
+        print(regenerate(records))
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env
     methods = list(METHODS) if args.method == ["all"] else args.method
@@ -578,43 +578,34 @@ def main(argv: list[str] | None = None) -> None:
     for name in methods:
         if name not in METHODS:
             parser.error(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    if args.smoke:
-        smoke(args.model)
-        return
     runs = [(e, m, s) for e in environments for s in args.seed for m in methods]
     if len(runs) == 1:
         environment, method, seed = runs[0]
-        column = COLUMNS[environment]
+        column, scale = COLUMNS[environment], dataclasses.replace(Scale(), eval_episodes=args.eval_episodes)
+        if args.smoke:
+            column, scale = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1), SMOKE
         if args.budget:
             column = dataclasses.replace(column, budget=args.budget)
-        run_one(method, environment, seed, scale=dataclasses.replace(Scale(), eval_episodes=args.eval_episodes),
-                model=args.model, workdir=args.workdir, records=args.records, column=column)
+        workdir = args.workdir / "smoke" if args.smoke else args.workdir
+        record = run_one(method, environment, seed, scale=scale, model=args.model, workdir=workdir, records=records,
+                         column=column)
+        print(f"{environment} {method} seed {seed}: {record['updates']} updates, {record['turns']} turns, held-out "
+              f"{record['held_out']['successes']}/{record['held_out']['episodes']}", flush=True)
         return
     # One process per run: a run that fails or runs out of memory costs only itself, and frees all it held.
+    forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
+    for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
+        forwarded += [flag, str(value)] if value else []
+    forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     failed = []
     for environment, method, seed in runs:
-        command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed),
-                   "--eval-episodes", str(args.eval_episodes), "--workdir", str(args.workdir),
-                   "--records", str(args.records)]
-        command += ["--budget", str(args.budget)] if args.budget else []
-        command += ["--model", args.model] if args.model else []
-        command += ["--threads", str(args.threads)] if args.threads else []
-        if subprocess.run(command).returncode != 0:
+        command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed)]
+        if subprocess.run(command + forwarded).returncode != 0:
             failed.append(f"{environment}/{method}/seed {seed}")
+    if args.smoke:
+        print(markdown(load_records(records)))
     if failed:
         sys.exit(f"Failed runs (rerun them to resume): {'; '.join(failed)}")
-
-
-def smoke(model: str | None) -> None:
-    """Every row on MiniGrid, one or two updates each, two held-out episodes: the whole pipeline, in minutes."""
-    column = dataclasses.replace(COLUMNS["minigrid"], budget=8, sft_episodes=4, sft_epochs=1)
-    with tempfile.TemporaryDirectory() as folder:
-        for method in METHODS:
-            record = run_one(method, "minigrid", 0, scale=SMOKE, model=model, workdir=Path(folder) / "work",
-                             records=Path(folder) / "records", column=column)
-            print(f"smoke {method}: {record['updates']} updates, {record['turns']} turns, held-out "
-                  f"{record['held_out']['successes']}/{record['held_out']['episodes']}", flush=True)
-        print(markdown(load_records(Path(folder) / "records")))
 
 
 if __name__ == "__main__":

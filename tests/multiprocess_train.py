@@ -14,6 +14,7 @@ from datasets import Dataset
 from test_trainer import make_args
 
 from trl_starpo import StarPOTrainer
+from trl_starpo.algorithms.gigpo import step_records
 
 
 def digest_of(module) -> str:
@@ -28,16 +29,22 @@ def main(model_dir: str, output_dir: str, preset: str | None = None) -> None:
     tasks = Dataset.from_list([{"task_id": f"t{i}", "seed": i, "start": 0, "target": 2} for i in range(8)])
     if preset is None:  # one group of 8 rollouts spans both ranks (4 each)
         args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, max_steps=3)
+    elif preset == "gigpo":  # the same, so that GiGPO's step groups span both ranks
+        args = make_args(output_dir, preset=preset, num_generations=8, per_device_train_batch_size=4, max_steps=3)
     else:  # two groups of 4, one on each rank
         args = make_args(output_dir, preset=preset, num_generations=4, per_device_train_batch_size=4, max_steps=3)
     trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
-    advantages, kept = [], []
+    advantages, turn_advantages, kept = [], [], []
     original = trainer._generate_and_score_completions
 
     def record(inputs):
         output = original(inputs)
         mask = output["tool_mask"].bool()
         advantages.append([row[m][0].item() if m.any() else None for row, m in zip(output["advantages"], mask)])
+        turn_advantages.append([
+            [output["advantages"][row, turn.response_start - t.prompt_length].item() for turn in t.turns]
+            for row, t in enumerate(trainer.last_trajectories)
+        ])
         kept.append(trainer._metrics["train"]["filter/kept_fraction"][-1])
         return output
 
@@ -53,6 +60,8 @@ def main(model_dir: str, output_dir: str, preset: str | None = None) -> None:
         "task_ids": [t.task_id for t in trainer.last_trajectories],
         "groups": [t.group for t in trainer.last_trajectories],
         "advantages": advantages[-1],
+        "turn_advantages": turn_advantages[-1],
+        "step_records": [step_records(t, args.gigpo_gamma) for t in trainer.last_trajectories],
         "changed": not torch.equal(
             trainer.model.get_input_embeddings().weight.detach().cpu(),
             type(trainer.model).from_pretrained(model_dir).get_input_embeddings().weight,

@@ -8,7 +8,7 @@ from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 from trl_starpo import StarPOTrainer
 from trl_starpo.algorithms.estimators import ESTIMATORS, AdvantageBatch, EstimatorSettings, gigpo_estimator
 from trl_starpo.algorithms.gigpo import anchor_states, discounted_returns, step_advantages, step_records
-from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.rollout.collector import RolloutCollector, _state_key
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 
 
@@ -135,6 +135,9 @@ def test_the_collector_records_the_environments_state_key(tiny_tokenizer):
     anchors = anchor_states(t)
     assert anchors[2] != anchors[1] and t.turns[2].observation.startswith("Step 2.")
     assert anchors[0] != anchors[2]  # the first turn is matched by text: "The counter is at 0." vs the key "0"
+    # an environment's key is data: a long one is kept as its digest
+    long_key = _state_key({"state_key": "x" * 10_000})
+    assert len(long_key) == 64 and long_key == _state_key({"state_key": "x" * 10_000}) != _state_key({"state_key": "y"})
 
 
 def test_gigpo_preset_in_the_trainer_by_hand(tmp_path, tiny_model_dir):

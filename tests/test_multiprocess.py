@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from trl_starpo.algorithms.advantages import group_relative_advantages
+from trl_starpo.algorithms.gigpo import step_advantages
 
 HERE = Path(__file__).parent
 
@@ -58,6 +59,22 @@ def test_ragen_preset_filters_and_trains_critics_identically_on_two_processes(tm
     assert rank0["weights"] == rank1["weights"]
     assert rank0["critics"] == rank1["critics"] and set(rank0["critics"]) == {"value_critic"}
     assert rank0["kept_fraction"] == rank1["kept_fraction"] == [0.5] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_gigpo_step_groups_span_the_processes(tmp_path, tiny_agent_dir):
+    # One task group of 8 rollouts, 4 on each rank: a turn's step group holds the turns of both ranks that start
+    # from its state, so each rank's advantages are those of the whole group computed in one place.
+    rank0, rank1 = run_two_processes(tmp_path, tiny_agent_dir, "gigpo", port=29519)
+    assert rank0["weights"] == rank1["weights"]
+    records = [[tuple(turn) for turn in row] for row in rank0["step_records"] + rank1["step_records"]]
+    step, _ = step_advantages(records, group_size=8)
+    episode = group_relative_advantages(torch.tensor(rank0["returns"] + rank1["returns"]), 8, scale="none")
+    expected = [[episode[i].item() + value for value in row] for i, row in enumerate(step)]
+    observed = rank0["turn_advantages"] + rank1["turn_advantages"]
+    assert [len(row) for row in observed] == [len(row) for row in expected]
+    assert sum(observed, []) == pytest.approx(sum(expected, []), abs=1e-5)
 
 
 @pytest.mark.parametrize("name, kind", [("multi_gpu", "MULTI_GPU"), ("fsdp2", "FSDP"), ("deepspeed_zero1", "DEEPSPEED"),
