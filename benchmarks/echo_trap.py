@@ -608,9 +608,9 @@ def write_results(setting: str, block: str) -> None:
 def git_state() -> tuple[str, str]:
     """``(commit, dirty)``: HEAD's hash and a short list of uncommitted paths ('' when clean)."""
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.rstrip("\n")
 
-    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]  # "XY path": keep each line's status
     dirty = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
     return git("rev-parse", "HEAD") or "unknown", dirty
 
