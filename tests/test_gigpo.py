@@ -8,7 +8,8 @@ from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 from trl_starpo import StarPOTrainer
 from trl_starpo.algorithms.estimators import ESTIMATORS, AdvantageBatch, EstimatorSettings, gigpo_estimator
 from trl_starpo.algorithms.gigpo import anchor_states, discounted_returns, step_advantages, step_records
-from trl_starpo.rollout.collector import RolloutCollector, _state_key
+from trl_starpo.rollout.collector import RolloutCollector
+from trl_starpo.rollout.env_calls import _state_key
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 
 
