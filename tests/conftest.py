@@ -172,3 +172,12 @@ def tiny_agent_dir(tmp_path_factory, tiny_model_dir, tiny_tokenizer):
     model.save_pretrained(path)
     tiny_tokenizer.save_pretrained(path)
     return str(path)
+
+
+def play_expert(env) -> tuple[list[str], bool, dict]:
+    """Step ``env`` with ``env.expert_action()`` until it has none; the actions, the last ``terminated`` and info."""
+    actions, terminated, info = [], False, {}
+    while (action := env.expert_action()) is not None:
+        actions.append(action)
+        _, _, terminated, _, info = env.step(action)
+    return actions, terminated, info

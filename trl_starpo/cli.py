@@ -80,6 +80,7 @@ def _settings(args: argparse.Namespace, model_path: str | None):
     return settings.updated(
         max_turns=args.max_turns,
         max_actions_per_turn=args.max_actions_per_turn,
+        max_actions_per_trajectory=args.max_actions_per_trajectory,
         max_tokens_per_turn=args.max_tokens_per_turn,
         max_context_length=args.max_context_length,
     )
@@ -292,6 +293,7 @@ def _add_rollout_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("episode limits (default: the agent's starpo_agent.json, else StarPOConfig's)")
     group.add_argument("--max-turns", type=int)
     group.add_argument("--max-actions-per-turn", type=int)
+    group.add_argument("--max-actions-per-trajectory", type=int, help="actions sent to the environment an episode")
     group.add_argument("--max-tokens-per-turn", type=int)
     group.add_argument("--max-context-length", type=int)
 

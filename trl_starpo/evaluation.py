@@ -262,7 +262,8 @@ class EvaluationResult:
     """The outcome of :func:`evaluate`: averaged statistics and the episodes they came from.
 
     ``stats`` holds the mean of every ``rollout.metrics.STAT_NAMES`` entry over the episodes, plus
-    ``success_stderr`` (the standard error of the success rate).
+    ``success_stderr`` (the standard error of the success rate) and ``success_ci_low`` / ``success_ci_high`` (its
+    Wilson 95% interval, which stays inside [0, 1] and is not empty at 0 or 1 successes).
     """
 
     environment: str
@@ -279,16 +280,26 @@ class EvaluationResult:
                 "episodes": self.episodes, **self.stats}
 
 
+SUCCESS_INTERVAL = ("success_stderr", "success_ci_low", "success_ci_high")
+
+
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Mean of each rollout statistic over ``trajectories``, plus ``success_stderr``; NaN when there are none."""
+    """Mean of each rollout statistic over ``trajectories``, plus the success rate's standard error and Wilson 95%
+    interval (``SUCCESS_INTERVAL``); NaN when there are none."""
+    from scipy.stats import binomtest
+
     from .rollout.metrics import STAT_NAMES, trajectory_stats
 
     if not trajectories:
-        return {**{name: float("nan") for name in STAT_NAMES}, "success_stderr": float("nan")}
+        return {name: float("nan") for name in (*STAT_NAMES, *SUCCESS_INTERVAL)}
     rows = [trajectory_stats(t) for t in trajectories]
     stats = {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*rows))}
-    p, n = stats["success"], len(trajectories)
+    n = len(trajectories)
+    successes = sum(bool(t.success) for t in trajectories)
+    p = successes / n
+    interval = binomtest(successes, n).proportion_ci(confidence_level=0.95, method="wilson")
     stats["success_stderr"] = math.sqrt(p * (1 - p) / n)
+    stats["success_ci_low"], stats["success_ci_high"] = float(interval.low), float(interval.high)
     return stats
 
 
