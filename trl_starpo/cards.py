@@ -3,7 +3,8 @@
 ``AgentRecord`` is what is known about a trained agent: environments, base model, preset, key configuration, rollout
 settings and validation success before and after training. It is saved beside the weights as ``starpo_agent.json``
 (which ``trl-starpo eval`` reads back for the rollout settings) and rendered into the model card by
-:func:`model_card`. :func:`dataset_card` renders a trajectory store's summary.
+:func:`model_card`. :func:`dataset_card` renders a trajectory store's summary, :func:`tasks_card` an environment's
+task splits.
 """
 
 from __future__ import annotations
@@ -348,4 +349,58 @@ def dataset_card(
         "```",
         "",
     ]
+    return "\n".join(lines)
+
+
+def tasks_card(environment: str, data_files: dict[str, str], tasks, *, download_size: int,
+               repo_id: str | None = None) -> str:
+    """The README.md of an environment's task splits: YAML ``configs`` that map every split to its file, so that
+    ``datasets.load_dataset`` on the folder or repository returns the splits by the environment's names, and the
+    ``dataset_info`` of the splits (rows, bytes), which ``datasets`` checks and hashes into its cache key.
+
+    Args:
+        environment: The environment's registered name.
+        data_files: ``{split: path}``, paths relative to the README.
+        tasks: The splits, a ``datasets.DatasetDict`` (or ``{split: Dataset}``).
+        download_size: Bytes of the data files together.
+        repo_id: The Hub dataset the card describes; ``None`` for the data folder of an environment package.
+    """
+    splits = [{"name": split, "num_bytes": tasks[split].data.nbytes, "num_examples": len(tasks[split])}
+              for split in data_files]
+    metadata = {
+        "tags": TAGS + ["environment-tasks", f"env:{environment}"] if repo_id else None,
+        "configs": [{"config_name": "default",
+                     "data_files": [{"split": split, "path": path} for split, path in data_files.items()]}],
+        # datasets keys the cache of a folder with `configs` on its card, not on its files: these sizes change with
+        # the data, so a new version of the files is not served from the cache of the old one.
+        "dataset_info": {"splits": splits, "download_size": download_size,
+                         "dataset_size": sum(split["num_bytes"] for split in splits)},
+    }
+    where = f'"{repo_id}"' if repo_id else f'str(trl_starpo.envs.tasks_data_dir("{environment}"))'
+    source = f', source="{repo_id}"' if repo_id else ""
+    first = next(iter(data_files))
+    lines = [
+        _front_matter(metadata),
+        f"# {repo_id.split('/')[-1] if repo_id else f'{environment} tasks'}",
+        "",
+        f"The task splits of the `{environment}` environment of trl_starpo, a StarPO ([RAGEN]"
+        "(https://arxiv.org/abs/2504.20073)) extension of [TRL](https://github.com/huggingface/trl): one row per "
+        "task, which the environment's `reset(options={\"task\": row})` plays.",
+        "",
+        "| split | rows |",
+        "|---|---|",
+        *(f"| `{split['name']}` | {split['num_examples']} |" for split in splits),
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "import trl_starpo",
+        "",
+        f"splits = load_dataset({where})  # {', '.join(data_files)}",
+        f'tasks = trl_starpo.load_tasks("{environment}", "{first}"{source})',
+        "```",
+        "",
+    ]
+    if repo_id:
+        lines += [f"`trl-starpo eval --env {environment} --split {first} --tasks {repo_id} --policy random` plays "
+                  f"them (with the `{environment}` environment package installed).", ""]
     return "\n".join(lines)
