@@ -183,3 +183,68 @@ def tiny_agent_dir(tmp_path_factory, tiny_model_dir, tiny_tokenizer):
     model.save_pretrained(path)
     tiny_tokenizer.save_pretrained(path)
     return str(path)
+
+
+def play_expert(env) -> tuple[list[str], bool, dict]:
+    """Step ``env`` with ``env.expert_action()`` until it has none; the actions, the last ``terminated`` and info."""
+    actions, terminated, info = [], False, {}
+    while (action := env.expert_action()) is not None:
+        actions.append(action)
+        _, _, terminated, _, info = env.step(action)
+    return actions, terminated, info
+
+
+def docs_example(name: str, page: str = "docs/byo_environment.md") -> str:
+    """The Python block marked ``<!-- example: NAME -->`` in a docs page."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / page).read_text(encoding="utf-8")
+    match = re.search(rf"<!-- example: {re.escape(name)} -->\n```python\n(.*?)```", text, re.DOTALL)
+    assert match, f"{page} has no example {name!r}"
+    return match.group(1)
+
+
+@pytest.fixture(scope="session")
+def openenv_server(tmp_path_factory):
+    """The OpenEnv server of docs/byo_environment.md, served by uvicorn in a subprocess on a free loopback port; its
+    base URL. The server is stopped when the session ends."""
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    pytest.importorskip("openenv.core", reason="openenv-core is not installed (pip install -e '.[openenv]')")
+    folder = tmp_path_factory.mktemp("openenv")
+    (folder / "counter_server.py").write_text(docs_example("openenv-server"), encoding="utf-8")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(folder / "server.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "counter_server:app", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=folder, stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only, never a proxy
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            try:
+                with opener.open(f"{url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"The OpenEnv server did not start: {(folder / 'server.log').read_text()}")
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

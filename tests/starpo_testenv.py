@@ -105,13 +105,17 @@ def install_counter_env(folder: Path) -> Path:
     (folder / "starpo_testplain.py").write_text(PLAIN_MODULE)
     for split, n in (("train", 8), ("validation", 6), ("test", 6)):
         write_task_split(folder / "starpo_testcounter_data", split, task_rows(split, n))
-    info = folder / "starpo_testcounter-0.0.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: starpo-testcounter\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[trl_starpo.environments]\n{NAME} = starpo_testcounter\n{PLAIN_NAME} = starpo_testplain\n"
-    )
+    declare_environments(folder, "starpo-testcounter", {NAME: "starpo_testcounter", PLAIN_NAME: "starpo_testplain"})
     return folder
+
+
+def declare_environments(folder: Path, distribution: str, environments: dict[str, str]) -> None:
+    """Write a ``.dist-info`` folder into ``folder`` registering each ``{name: module}`` as an environment."""
+    info = folder / f"{distribution.replace('-', '_')}-0.0.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.0\n")
+    lines = "".join(f"{name} = {module}\n" for name, module in environments.items())
+    (info / "entry_points.txt").write_text(f"[trl_starpo.environments]\n{lines}")
 
 
 def register(folder: Path):

@@ -315,3 +315,22 @@ def test_eval_refuses_a_context_too_short_for_the_prompt(registered, capsys, tin
     (line,) = error_lines(capsys)
     assert re.search(r"max_context_length \(20\) leaves no room to answer: the prompts take \d+ tokens or more; "
                      r"raise it to at least \d+\.$", line), line
+
+
+def test_eval_caps_the_actions_of_an_episode_and_reports_a_wilson_interval(env_path):
+    # Validation targets are 1, 2, 3, 1, 2, 3: with one action an episode the expert reaches only the 1s.
+    done = cli(env_path, "eval", "--env", NAME, "--policy", "expert", "--max-actions-per-trajectory", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    row = json.loads(done.stdout)
+    assert row["success"] == pytest.approx(2 / 6) and row["turns"] == 1.0
+    z, n, p = 1.959963984540054, 6, 2 / 6
+    centre, half = (p + z**2 / (2 * n)) / (1 + z**2 / n), z * (p * (1 - p) / n + z**2 / (4 * n**2)) ** 0.5 / (1 + z**2 / n)
+    assert (row["success_low"], row["success_high"]) == pytest.approx((centre - half, centre + half))
+    assert json.loads(cli(env_path, "eval", "--env", NAME, "--policy", "expert", "--json").stdout)["success"] == 1.0
+
+
+def test_play_lists_at_most_forty_admissible_actions(env_path):
+    done = cli(env_path, "play", "--env", "countdown", "--task", "2", stdin="quit\n")  # four numbers: 7,680 answers
+    assert done.returncode == 1, done.stderr
+    (listing,) = [line for line in done.stdout.splitlines() if line.startswith("admissible:")]
+    assert listing.endswith(", ... (7680 in all)") and listing.count(",") == 40

@@ -134,3 +134,16 @@ def test_regenerating_writes_the_same_files(tmp_path):
     shipped = (starpo_bandit.DATA_DIR / "train.jsonl").read_text().splitlines()[:30]
     assert (tmp_path / "train.jsonl").read_text().splitlines() == shipped
     assert len((tmp_path / "test.jsonl").read_text().splitlines()) == 5
+
+
+def test_random_and_expert_baselines(env):
+    env.reset(options={"task": {**TASK, "high_first": True}})
+    assert env.admissible_actions() == ["Gambler", "Teacher"]
+    assert env.expert_action() == "Gambler"
+    assert env.step(env.expert_action())[4]["success"]
+    assert env.admissible_actions() == [] and env.expert_action() is None
+    cautious = starpo_bandit.BanditEnv(high_probability=0.05)  # the low-risk arm is now better in expectation
+    cautious.reset(options={"task": TASK})
+    assert cautious.expert_action() == "Teacher"
+    assert cautious.step(cautious.expert_action())[4] == {
+        "action_is_valid": True, "action_is_effective": True, "success": True, "arm": "low"}

@@ -203,3 +203,32 @@ def test_shipped_splits_match_the_generator(tmp_path):
     starpo_countdown.main(["--out-dir", str(tmp_path), "--train-size", "20", "--validation-size", "0", "--test-size", "0"])
     shipped = (starpo_countdown.DATA_DIR / "train.jsonl").read_text().splitlines()[:20]
     assert (tmp_path / "train.jsonl").read_text().splitlines() == shipped
+
+
+def test_all_expressions_lists_every_answer_that_uses_each_number_once():
+    from starpo_countdown import all_expressions
+
+    assert all_expressions([2, 3]) == ["2 + 3", "2 - 3", "2 * 3", "2 / 3", "3 + 2", "3 - 2", "3 * 2", "3 / 2"]
+    assert len(all_expressions([44, 19, 35])) == 3 * 2 * 2 * 4**2  # orders x tree shapes x operators
+    answers = all_expressions([1, 2, 3, 4])
+    assert len(answers) == len(set(answers)) == 7680 - 24  # the divisions by zero, e.g. 4 / (3 - (1 + 2)), are left out
+    for expression in answers[::97]:
+        assert sorted(evaluate_answer(expression)[1]) == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="at most 4 numbers"):
+        all_expressions([1, 2, 3, 4, 5])
+
+
+def test_solver_and_baselines(env):
+    from starpo_countdown import solve
+
+    assert solve([1, 1], 5) is None
+    assert evaluate_answer(solve([3, 3, 8, 8], 24))[0] == 24  # 8 / (3 - 8 / 3): needs a fraction on the way
+    for task in trl_starpo.load_tasks("countdown", "validation"):
+        env.reset(options={"task": task})
+        assert env.step(env.expert_action())[1] == 1.0, task["task_id"]
+    env.reset(options={"task": TASK})
+    answers = env.admissible_actions()
+    assert "(44 + 19) - 35" in answers and len(answers) == 192
+    rewards = Counter(answer(env, action)[1] for action in answers)
+    assert set(rewards) == {0.1, 1.0} and rewards[1.0] == 8  # 44 + 19 - 35 in its orders and groupings
+    assert env.admissible_actions() == [] and env.expert_action() is None

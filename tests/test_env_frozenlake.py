@@ -4,6 +4,7 @@ from collections import deque
 
 import pytest
 import starpo_frozenlake
+from conftest import play_expert
 from gymnasium.envs.toy_text.frozen_lake import generate_random_map
 from starpo_frozenlake import LEGEND, FrozenLakeEnv
 
@@ -133,3 +134,43 @@ def test_shipped_splits_are_solvable_and_disjoint_in_seeds():
             assert task["desc"] == generate_random_map(size=4, p=0.8, seed=task["seed"])
             assert has_path(task["desc"])
     assert splits["validation"][7]["task_id"] == "frozenlake-validation-00007"
+
+
+def test_expert_walks_a_shortest_path_on_ice_without_slips():
+    env = FrozenLakeEnv(is_slippery=False)
+    for task in list(trl_starpo.load_tasks("frozenlake", "validation"))[:20]:
+        env.reset(options={"task": task})
+        assert env.admissible_actions() == ["Left", "Down", "Right", "Up"]
+        actions, terminated, info = play_expert(env)
+        assert terminated and info["success"] and len(actions) == shortest_path(task["desc"]), task["task_id"]
+
+
+def shortest_path(desc):
+    size = len(desc)
+    queue, distance = deque([(0, 0)]), {(0, 0): 0}
+    while queue:
+        row, col = queue.popleft()
+        if desc[row][col] == "G":
+            return distance[row, col]
+        for r, c in ((row + 1, col), (row - 1, col), (row, col + 1), (row, col - 1)):
+            if 0 <= r < size and 0 <= c < size and desc[r][c] != "H" and (r, c) not in distance:
+                distance[r, c] = distance[row, col] + 1
+                queue.append((r, c))
+    return None
+
+
+def test_slippery_expert_wins_as_often_as_its_value_iteration_promises():
+    # Gymnasium's classic 4x4 map: the optimal policy reaches the goal with probability 0.8235 with no step limit
+    # (the textbook value); truncation after 100 moves lowers it to 0.744.
+    env = FrozenLakeEnv(max_steps=100)
+    wins = 0
+    episodes = 600
+    for seed in range(episodes):
+        env.reset(seed=seed, options={"task": TASK})
+        wins += play_expert(env)[2]["success"]
+    assert env._plan.success[100, 0].max() == pytest.approx(0.7442, abs=1e-4)
+    unlimited = FrozenLakeEnv(max_steps=2000)
+    unlimited.reset(options={"task": TASK})
+    unlimited.expert_action()
+    assert unlimited._plan.success[2000, 0].max() == pytest.approx(0.8235, abs=1e-4)
+    assert wins / episodes == pytest.approx(0.7442, abs=3 * (0.7442 * 0.2558 / episodes) ** 0.5)

@@ -2,6 +2,7 @@
 
 import pytest
 import starpo_sokoban
+from conftest import play_expert
 from starpo_sokoban import LEGEND, Room, SokobanEnv, generate_room, solve
 
 import trl_starpo
@@ -171,3 +172,25 @@ def test_replaying_shipped_solutions_earns_the_formula_reward():
             total += reward
         assert terminated and info["success"]
         assert total == pytest.approx(-0.1 * task["min_steps"] + 1.0 + 10.0)
+
+
+def test_expert_follows_a_shortest_solution_of_every_validation_room():
+    env = SokobanEnv()
+    for task in trl_starpo.load_tasks("sokoban", "validation"):
+        env.reset(options={"task": task})
+        assert env.admissible_actions() == ["Up", "Down", "Left", "Right"]
+        actions, terminated, info = play_expert(env)
+        assert terminated and info["success"] and len(actions) == task["min_steps"], task["task_id"]
+
+
+def test_expert_replans_after_a_detour_and_gives_up_on_a_dead_room():
+    env, _, _ = start(WALK_ROOM)
+    env.step("Down")
+    env.step("Left")  # off the first plan: the expert searches again from here
+    assert play_expert(env)[0] == solve(["#######", "#_____#", "#P_X_O#", "#_____#", "#######"])
+    room = ["######", "#P___#", "#_X__#", "#___O#", "######"]
+    dead, _, _ = start(room)
+    assert dead.expert_action() is not None
+    for action in ("Down", "Down", "Right", "Up"):  # the box is pushed against the top wall, away from the target
+        dead.step(action)
+    assert dead.expert_action() is None

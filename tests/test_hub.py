@@ -299,3 +299,39 @@ def test_the_card_snippet_plays_an_episode(tmp_path, tiny_agent_dir):
     assert done.returncode == 0, done.stderr
     assert "--- turn 1 ---" in done.stdout and "episode:" in done.stdout
     assert done.stdout.strip().splitlines()[-1].split()[0] in ("True", "False")
+
+
+def test_push_tasks_maps_every_split_by_its_own_name(monkeypatch, tmp_path, capsys):
+    from datasets import load_dataset
+
+    import trl_starpo
+    from trl_starpo.cli import main
+
+    with fake_hub(monkeypatch) as hub:
+        assert main(["push-tasks", "--env", "alfworld", "--repo-id", "user/alfworld-tasks"]) == 0
+    assert capsys.readouterr().out.strip() == "https://huggingface.co/datasets/user/alfworld-tasks"
+    commit = hub.commit("user/alfworld-tasks")
+    assert commit.repo_type == "dataset" and commit.summary == "Upload StarPO environment tasks"
+    assert set(commit.files) == {"README.md", "data/train-00000-of-00001.parquet",
+                                 "data/valid_seen-00000-of-00001.parquet", "data/valid_unseen-00000-of-00001.parquet"}
+    card = commit.files["README.md"].decode()
+    assert front_matter(card)["configs"] == [{"config_name": "default", "data_files": [
+        {"split": split, "path": f"data/{split}-00000-of-00001.parquet"} for split in ("train", "valid_seen", "valid_unseen")]}]
+    assert "env:alfworld" in front_matter(card)["tags"] and "--tasks user/alfworld-tasks" in card
+    # What arrived is a dataset repository: load it as datasets would, from a copy of its files.
+    for path, content in commit.files.items():
+        (tmp_path / "repo" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "repo" / path).write_bytes(content)
+    pushed = load_dataset(str(tmp_path / "repo"), cache_dir=str(tmp_path / "cache"))
+    shipped = trl_starpo.load_tasks("alfworld")
+    assert {s: len(rows) for s, rows in pushed.items()} == {"train": 300, "valid_seen": 60, "valid_unseen": 60}
+    assert pushed["valid_unseen"].to_list() == shipped["valid_unseen"].to_list()
+    assert trl_starpo.load_tasks("alfworld", "test", source=str(tmp_path / "repo"))[0] == shipped["valid_unseen"][0]
+
+
+def test_push_tasks_refuses_an_unknown_environment(monkeypatch, capsys):
+    from trl_starpo.cli import main
+
+    with fake_hub(monkeypatch) as hub:
+        assert main(["push-tasks", "--env", "chess", "--repo-id", "user/chess"]) == 2
+    assert "Unknown environment 'chess'" in capsys.readouterr().err and not hub.requests

@@ -199,3 +199,34 @@ def test_the_task_split_command_every_package_shares(tmp_path, capsys):
     assert "wrote 2 tasks to" in capsys.readouterr().out
     per_level = parse_task_split_args("p", sizes, tmp_path, size_flag="--{split}-per-env", argv=["--test-per-env", "9"])
     assert per_level.split_sizes["test"] == 9 and per_level.out_dir == tmp_path
+
+
+@pytest.mark.parametrize("name", trl_starpo.list_environments())
+def test_load_dataset_on_a_data_folder_returns_the_environments_own_splits(name, tmp_path):
+    import shutil
+
+    from datasets import load_dataset
+
+    from trl_starpo.envs import tasks_data_dir, write_tasks_card
+
+    folder = tasks_data_dir(name)
+    tasks = trl_starpo.load_tasks(name)
+    loaded = load_dataset(str(folder), cache_dir=str(tmp_path / "cache"))
+    assert {split: len(rows) for split, rows in loaded.items()} == {split: len(rows) for split, rows in tasks.items()}
+    first = next(iter(tasks))
+    assert loaded[first][0] == tasks[first][0]
+    copy = tmp_path / "data"
+    shutil.copytree(folder, copy)
+    write_tasks_card(name, copy)
+    assert (copy / "README.md").read_text() == (folder / "README.md").read_text(), (
+        f"{folder}/README.md is out of date: python -c 'from trl_starpo.envs import write_tasks_card; "
+        f"write_tasks_card(\"{name}\")'")
+
+
+def test_alfworld_validation_splits_stay_apart():
+    from datasets import load_dataset
+
+    from trl_starpo.envs import tasks_data_dir
+
+    splits = load_dataset(str(tasks_data_dir("alfworld")))
+    assert set(splits) == {"train", "valid_seen", "valid_unseen"} and len(splits["valid_seen"]) == 60

@@ -3,7 +3,8 @@
 ``AgentRecord`` is what is known about a trained agent: environments, base model, preset, key configuration, rollout
 settings and validation success before and after training. It is saved beside the weights as ``starpo_agent.json``
 (which ``trl-starpo eval`` reads back for the rollout settings) and rendered into the model card by
-:func:`model_card`. :func:`dataset_card` renders a trajectory store's summary.
+:func:`model_card`. :func:`dataset_card` renders a trajectory store's summary, :func:`tasks_card` an environment's
+task splits.
 """
 
 from __future__ import annotations
@@ -372,3 +373,47 @@ def dataset_card(
         citation=RAGEN_CITATION,
     )
     return card.content + "\n"
+
+
+def tasks_card(environment: str, data_files: dict[str, str], tasks, *, download_size: int,
+               repo_id: str | None = None) -> str:
+    """The README.md of an environment's task splits: YAML ``configs`` that map every split to its file, so that
+    ``datasets.load_dataset`` on the folder or repository returns the splits by the environment's names, and the
+    ``dataset_info`` of the splits (rows, bytes), which ``datasets`` checks and hashes into its cache key.
+
+    Args:
+        environment: The environment's registered name.
+        data_files: ``{split: path}``, paths relative to the README.
+        tasks: The splits, a ``datasets.DatasetDict`` (or ``{split: Dataset}``).
+        download_size: Bytes of the data files together.
+        repo_id: The Hub dataset the card describes; ``None`` for the data folder of an environment package.
+    """
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    environment = check_environment_name(environment)
+    splits = [{"name": split, "num_bytes": tasks[split].data.nbytes, "num_examples": len(tasks[split])}
+              for split in data_files]
+    card_data = DatasetCardData(
+        tags=TAGS + ["environment-tasks", f"env:{environment}"] if repo_id else None,
+        configs=[{"config_name": "default",
+                  "data_files": [{"split": split, "path": path} for split, path in data_files.items()]}],
+        # datasets keys the cache of a folder with `configs` on its card, not on its files: these sizes change with
+        # the data, so a new version of the files is not served from the cache of the old one.
+        dataset_info={"splits": splits, "download_size": download_size,
+                      "dataset_size": sum(split["num_bytes"] for split in splits)},
+    )
+    first = next(iter(data_files))
+    load_arguments = [json.dumps(environment), json.dumps(first)] + ([f"source={json.dumps(repo_id)}"] if repo_id else [])
+    card = DatasetCard.from_template(
+        card_data,
+        template_path=TEMPLATES / "tasks_card.md",
+        title=markdown_text(repo_id.split("/")[-1] if repo_id else f"{environment} tasks"),
+        environment_code=markdown_code(environment),
+        split_table=_table(["split", "rows"], [[markdown_code(s["name"]), _fmt(s["num_examples"])] for s in splits]),
+        where=json.dumps(repo_id) if repo_id else f"str(trl_starpo.envs.tasks_data_dir({json.dumps(environment)}))",
+        split_names=" ".join(", ".join(data_files).split()),
+        load_arguments=", ".join(load_arguments),
+        eval_command=markdown_code(f"trl-starpo eval --env {environment} --split {_shell_word(first)} --tasks "
+                                   f"{_shell_word(repo_id)} --policy random") if repo_id else "",
+    )
+    return card.content.rstrip() + "\n"

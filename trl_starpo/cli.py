@@ -5,6 +5,7 @@
     trl-starpo play --env NAME [--model M]            a person (or a model) plays one episode in the terminal
     trl-starpo train --env NAME --model M             the recipe of recipes/<env>.py, any StarPOConfig flag
     trl-starpo push CHECKPOINT --repo-id USER/NAME    an agent and its trajectories to the Hub
+    trl-starpo push-tasks --env NAME --repo-id U/N    an environment's task splits to the Hub
     trl-starpo plot RUN                               learning curves of a logged run as a PNG
     trl-starpo html TRAJECTORIES                      sampled trajectories as an HTML page
 
@@ -91,6 +92,7 @@ def _settings(args: argparse.Namespace, model_path: str | None):
     return settings.updated(
         max_turns=args.max_turns,
         max_actions_per_turn=args.max_actions_per_turn,
+        max_actions_per_trajectory=args.max_actions_per_trajectory,
         max_tokens_per_turn=args.max_tokens_per_turn,
         max_context_length=args.max_context_length,
     )
@@ -294,6 +296,19 @@ def _push(args: argparse.Namespace) -> int:
     return 0
 
 
+def _push_tasks(args: argparse.Namespace) -> int:
+    from .envs import list_environments
+    from .hub import push_tasks
+
+    if args.env not in list_environments():
+        raise CommandError(
+            f"Unknown environment {args.env!r}. Installed environments: {', '.join(list_environments()) or 'none'}."
+        )
+    print(push_tasks(args.env, args.repo_id, private=args.private, token=args.token,
+                     commit_message=args.commit_message))
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------------ plot
 
 
@@ -398,6 +413,7 @@ def _add_rollout_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("episode limits (default: the agent's starpo_agent.json, else StarPOConfig's)")
     group.add_argument("--max-turns", type=int)
     group.add_argument("--max-actions-per-turn", type=int)
+    group.add_argument("--max-actions-per-trajectory", type=int, help="actions sent to the environment an episode")
     group.add_argument("--max-tokens-per-turn", type=int)
     group.add_argument("--max-context-length", type=int)
 
@@ -469,6 +485,16 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--token", help="a Hub token (default: the logged-in one)")
     push.add_argument("--commit-message", default="Upload StarPO agent")
     push.set_defaults(func=_push)
+
+    tasks = commands.add_parser("push-tasks", help="push an environment's task splits to the Hub as a dataset",
+                                description="Push every task split of an installed environment to a Hub dataset "
+                                "repository, with a card that maps each split by its own name.")
+    tasks.add_argument("--env", required=True, help="installed environment name")
+    tasks.add_argument("--repo-id", required=True, help="USER/NAME of the dataset repository")
+    tasks.add_argument("--private", action="store_true")
+    tasks.add_argument("--token", help="a Hub token (default: the logged-in one)")
+    tasks.add_argument("--commit-message", default="Upload StarPO environment tasks")
+    tasks.set_defaults(func=_push_tasks)
 
     plot = commands.add_parser("plot", help="learning curves of a run (trainer_state.json) as a PNG")
     plot.add_argument("run", help="an output_dir, a checkpoint folder or a trainer_state.json file")

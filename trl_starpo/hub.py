@@ -2,8 +2,9 @@
 
 An agent repository holds the weights (a LoRA adapter stays an adapter), the tokenizer, ``starpo_agent.json``, the
 learning-curve PNG and a model card made for agents (``cards.model_card``). The trajectories go to a dataset
-repository (one Parquet file and a dataset card). Everything goes through ``huggingface_hub.HfApi``: one
-``create_repo`` and one ``create_commit`` per repository, so a push is all or nothing.
+repository (one Parquet file and a dataset card), and so do an environment's task splits (``push_tasks``: one Parquet
+file a split and a card mapping each). Everything goes through ``huggingface_hub.HfApi``: one ``create_repo`` and one
+``create_commit`` per repository, so a push is all or nothing.
 
 ``StarPOHubMixin`` gives a trainer (``StarPOTrainer`` inherits it) the agent card and push (``create_model_card``,
 ``push_to_hub``).
@@ -15,11 +16,12 @@ import dataclasses
 import io
 import json
 import logging
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from .cards import PLOT_FILE, AgentRecord, dataset_card, model_card
+from .cards import PLOT_FILE, AgentRecord, dataset_card, model_card, tasks_card
 from .evaluation import AGENT_FILE
 
 logger = logging.getLogger(__name__)
@@ -216,6 +218,40 @@ def push_trajectories_to_hub(store, repo_id: str, *, record: AgentRecord | None 
         commit_message=commit_message,
         repo_type="dataset",
     )
+    return str(url)
+
+
+def task_files(environment: str, tasks, *, repo_id: str) -> dict[str, bytes]:
+    """The files a task push sends: ``data/<split>-00000-of-00001.parquet`` for each split of ``tasks`` (a
+    ``DatasetDict``) and ``README.md``, a card whose ``configs`` map every split by its own name."""
+    files, data_files = {}, {}
+    for split, dataset in tasks.items():
+        if not re.fullmatch(r"\w+", split):
+            raise ValueError(f"Split name {split!r} is not a word (letters, digits, underscores); it names a file.")
+        buffer = io.BytesIO()
+        dataset.to_parquet(buffer)
+        data_files[split] = f"data/{split}-00000-of-00001.parquet"
+        files[data_files[split]] = buffer.getvalue()
+    size = sum(len(content) for content in files.values())
+    files["README.md"] = tasks_card(environment, data_files, tasks, download_size=size, repo_id=repo_id).encode("utf-8")
+    return files
+
+
+def push_tasks(environment: str, repo_id: str, *, private: bool | None = None, token: str | None = None,
+               commit_message: str = "Upload StarPO environment tasks") -> str:
+    """Push every task split of the installed environment ``environment`` to the dataset repository ``repo_id``;
+    ``datasets.load_dataset(repo_id)`` then returns them by the environment's split names, and
+    ``load_tasks(environment, split, source=repo_id)`` plays them. Returns the repository URL."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    from .envs import load_tasks
+
+    tasks = load_tasks(environment)
+    api = HfApi(token=token)
+    url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    files = task_files(environment, tasks, repo_id=url.repo_id)
+    api.create_commit(url.repo_id, [CommitOperationAdd(path, content) for path, content in files.items()],
+                      commit_message=commit_message, repo_type="dataset")
     return str(url)
 
 

@@ -133,6 +133,15 @@ def _line_editing() -> None:
         pass
 
 
+MAX_LISTED_ACTIONS = 40
+"""Admissible actions shown a turn; Countdown, for one, has thousands."""
+
+
+def _listing(actions: list[str]) -> str:
+    shown = ", ".join(actions[:MAX_LISTED_ACTIONS])
+    return shown if len(actions) <= MAX_LISTED_ACTIONS else f"{shown}, ... ({len(actions)} in all)"
+
+
 def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettings, printer: Printer,
                    read_line) -> Trajectory | None:
     separator = settings.action_separator
@@ -153,7 +162,7 @@ def _human_episode(env, name: str, task: dict[str, Any], settings: RolloutSettin
         printer.line("observation", observation, "observation")
         admissible = getattr(env, "admissible_actions", None)
         if callable(admissible):
-            printer.line("observation", ", ".join(admissible()), "admissible")
+            printer.line("observation", _listing(admissible()), "admissible")
         try:
             line = read_line("> ")
         except EOFError:

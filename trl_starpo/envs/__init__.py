@@ -2,7 +2,15 @@
 
 from .base import Environment, TextEnvironment, check_environment
 from .pool import EnvironmentPool
-from .registry import list_environments, load_environment, load_task_dataset, load_tasks, write_task_split
+from .registry import (
+    list_environments,
+    load_environment,
+    load_task_dataset,
+    load_tasks,
+    tasks_data_dir,
+    write_task_split,
+    write_tasks_card,
+)
 from .splits import parse_task_split_args, write_task_splits
 
 __all__ = [
@@ -15,6 +23,8 @@ __all__ = [
     "load_task_dataset",
     "load_tasks",
     "parse_task_split_args",
+    "tasks_data_dir",
     "write_task_split",
     "write_task_splits",
+    "write_tasks_card",
 ]

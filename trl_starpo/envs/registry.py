@@ -14,6 +14,7 @@ function is called as ``load_environment``; its tasks come from a ``load_tasks``
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
 import inspect
 import json
@@ -119,6 +120,30 @@ def write_task_split(data_dir: str | Path, split: str, rows: list[dict[str, Any]
     path = Path(data_dir) / f"{split}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def tasks_data_dir(name: str) -> Path:
+    """The ``data`` folder beside the module of environment ``name``, where its shipped task splits live."""
+    eps = _entry_points()
+    if name not in eps:
+        raise unknown_environment(name)
+    return Path(importlib.import_module(eps[name].module).__file__).parent / "data"
+
+
+def write_tasks_card(name: str, data_dir: str | Path | None = None) -> Path:
+    """Write the ``README.md`` of environment ``name``'s data folder (``tasks_data_dir`` by default): a dataset card
+    whose ``configs`` map each split of ``load_tasks(name)`` to its ``<split>.jsonl``, so that
+    ``datasets.load_dataset(folder)`` returns the splits by the environment's own names (without it, ALFWorld's
+    ``valid_seen`` and ``valid_unseen`` merge into one ``validation`` split)."""
+    from ..cards import tasks_card
+
+    folder = Path(data_dir) if data_dir is not None else tasks_data_dir(name)
+    tasks = load_tasks(name)
+    files = {split: f"{split}.jsonl" for split in tasks}
+    size = sum((folder / file).stat().st_size for file in files.values())
+    path = folder / "README.md"
+    path.write_text(tasks_card(name, files, tasks, download_size=size), encoding="utf-8")
     return path
 
 

@@ -164,6 +164,18 @@ class BanditEnv(TextEnvironment):
         info = self.step_info(valid=True, effective=True, success=success, arm=arm)
         return f"You pulled {name} and received a reward of {reward:g}.", reward, True, False, info
 
+    def admissible_actions(self) -> list[str]:
+        """The two arms' names, in the order shown; empty once the episode is over."""
+        return [] if self._done else [name for name, _ in self._arms]
+
+    def expert_action(self) -> str | None:
+        """The name of the arm with the higher expected reward (the first shown on a tie); ``None`` once the episode
+        is over. It knows the payout parameters, which the agent has to infer from the names."""
+        if self._done:
+            return None
+        expected = self.expected_rewards
+        return max(self._arms, key=lambda arm: expected[arm[1]])[0]
+
     def _arm_index(self, action: str) -> int | None:
         answer = action.strip().casefold()
         for index, (name, _) in enumerate(self._arms):

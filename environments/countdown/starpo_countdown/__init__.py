@@ -27,12 +27,14 @@ from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split
 __all__ = [
     "CountdownEnv",
     "ExpressionError",
+    "all_expressions",
     "evaluate_answer",
     "evaluate_expression",
     "generate_tasks",
     "load_environment",
     "load_tasks",
     "make_task",
+    "solve",
     "write_tasks",
 ]
 
@@ -267,6 +269,94 @@ def _divide(left: _Node, right: _Node) -> _Node:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Baselines: every answer, and a solver
+
+MAX_ENUMERATED_NUMBERS = 4
+"""``all_expressions`` lists 7,680 answers for four numbers and 430,080 for five: it stops at four."""
+
+_OPERATORS: tuple[tuple[str, Callable[[Fraction, Fraction], Fraction | None]], ...] = (
+    ("+", lambda a, b: a + b),
+    ("-", lambda a, b: a - b),
+    ("*", lambda a, b: a * b),
+    ("/", lambda a, b: a / b if b else None),
+)
+
+
+def _operand(expression: str, is_number: bool) -> str:
+    return expression if is_number else f"({expression})"
+
+
+def _splits(indices: tuple[int, ...]):
+    """Every ordered split of ``indices`` into two non-empty parts."""
+    first, rest = indices[0], indices[1:]
+    for mask in range(1, 2 ** len(rest) + 1):
+        left = (first, *(index for bit, index in enumerate(rest) if mask >> bit & 1))
+        right = tuple(index for index in indices if index not in left)
+        if right:
+            yield left, right
+            yield right, left
+
+
+def all_expressions(numbers: Sequence[int]) -> list[str]:
+    """Every expression that uses each of ``numbers`` exactly once with ``+ - * /`` (one per ordered binary tree and
+    choice of operators, divisions by zero left out), in a fixed order: the answers that can earn a reward.
+
+    Raises ``ValueError`` for more than ``MAX_ENUMERATED_NUMBERS`` numbers.
+    """
+    if len(numbers) > MAX_ENUMERATED_NUMBERS:
+        raise ValueError(f"all_expressions enumerates at most {MAX_ENUMERATED_NUMBERS} numbers, got {len(numbers)}.")
+    cache: dict[tuple[int, ...], list[tuple[Fraction, str, bool]]] = {}
+
+    def build(indices: tuple[int, ...]) -> list[tuple[Fraction, str, bool]]:
+        if indices not in cache:
+            if len(indices) == 1:
+                cache[indices] = [(Fraction(numbers[indices[0]]), str(numbers[indices[0]]), True)]
+            else:
+                cache[indices] = [
+                    (value, f"{_operand(a, a_leaf)} {symbol} {_operand(b, b_leaf)}", False)
+                    for left, right in _splits(indices)
+                    for x, a, a_leaf in build(left)
+                    for y, b, b_leaf in build(right)
+                    for symbol, operation in _OPERATORS
+                    if (value := operation(x, y)) is not None
+                ]
+        return cache[indices]
+
+    return [expression for _, expression, _ in build(tuple(range(len(numbers))))] if numbers else []
+
+
+def solve(numbers: Sequence[int], target: int) -> str | None:
+    """An expression using each of ``numbers`` exactly once that equals ``target``, or ``None`` when there is none.
+
+    Exhaustive search over subsets of the numbers, keeping one expression per reachable value of each subset
+    (exact arithmetic with ``Fraction``, so intermediate fractions count, as the environment evaluates them).
+    """
+    reachable: dict[frozenset[int], dict[Fraction, tuple[str, bool]]] = {}
+
+    def values(indices: frozenset[int]) -> dict[Fraction, tuple[str, bool]]:
+        if indices not in reachable:
+            if len(indices) == 1:
+                (index,) = indices
+                reachable[indices] = {Fraction(numbers[index]): (str(numbers[index]), True)}
+            else:
+                found: dict[Fraction, tuple[str, bool]] = {}
+                for left, right in _splits(tuple(sorted(indices))):
+                    for x, (a, a_leaf) in values(frozenset(left)).items():
+                        for y, (b, b_leaf) in values(frozenset(right)).items():
+                            for symbol, operation in _OPERATORS:
+                                value = operation(x, y)
+                                if value is not None and value not in found:
+                                    found[value] = (f"{_operand(a, a_leaf)} {symbol} {_operand(b, b_leaf)}", False)
+                reachable[indices] = found
+        return reachable[indices]
+
+    if not numbers:
+        return None
+    hit = values(frozenset(range(len(numbers)))).get(Fraction(target))
+    return hit[0] if hit else None
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Environment
 
 
@@ -298,6 +388,7 @@ class CountdownEnv(TextEnvironment):
         self.numbers: list[int] = []
         self.target = 0
         self._done = True
+        self._answers: list[str] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start the puzzle ``options["task"]``, or the one generated from ``seed`` (a random seed if ``None``)."""
@@ -305,6 +396,7 @@ class CountdownEnv(TextEnvironment):
         self.numbers = [int(n) for n in task["numbers"]]
         self.target = int(task["target"])
         self._done = False
+        self._answers = None
         return self._prompt(), {"task_id": task["task_id"], "seed": int(task["seed"])}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -321,6 +413,21 @@ class CountdownEnv(TextEnvironment):
         reward = (SUCCESS_REWARD if value == self.target else FORMAT_REWARD) if uses_all else 0.0
         info = self.step_info(valid=True, effective=True, success=reward == SUCCESS_REWARD)
         return self._feedback(value, uses_all), reward, True, False, info
+
+    def admissible_actions(self) -> list[str]:
+        """Every expression that uses each number exactly once (``all_expressions``, up to 7,680 for four
+        numbers); empty once the episode is over. Any parseable expression is a valid action: these are the ones
+        that can pay."""
+        if self._done:
+            return []
+        if self._answers is None:
+            self._answers = all_expressions(self.numbers)
+        return list(self._answers)
+
+    def expert_action(self) -> str | None:
+        """An expression reaching the target, found by ``solve``; ``None`` when the episode is over or the puzzle
+        has no solution."""
+        return None if self._done else solve(self.numbers, self.target)
 
     def _feedback(self, value: Fraction, uses_all: bool) -> str:
         if not uses_all:

@@ -106,6 +106,7 @@ class FrozenLakeEnv(TextEnvironment):
         self._desc: list[str] = []
         self._steps = 0
         self._done = True
+        self._plan: _Plan | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start on the map of ``options["task"]``, or else on a map generated from ``seed`` (random if ``None``).
@@ -123,6 +124,7 @@ class FrozenLakeEnv(TextEnvironment):
         self._lake.reset(seed=seed)
         self._steps = 0
         self._done = False
+        self._plan = None
         info = {key: task[key] for key in ("task_id", "seed") if key in task}
         return self._observation(), info
 
@@ -143,12 +145,66 @@ class FrozenLakeEnv(TextEnvironment):
         info = self.step_info(valid=True, effective=position != start, success=success)
         return self._observation(), float(reward), terminated, truncated, info
 
+    def admissible_actions(self) -> list[str]:
+        """The four moves; FrozenLake accepts each of them in every state."""
+        return list(ACTIONS)
+
+    def expert_action(self) -> str | None:
+        """The move that maximizes the probability of reaching the goal before the episode is truncated, under the
+        lake's own dynamics (slips included): finite-horizon value iteration on the known map. Among equally good
+        moves it takes the one with the best discounted value, which reaches the goal sooner. ``None`` once the
+        episode is over."""
+        if self._done or self._lake is None:
+            return None
+        if self._plan is None:
+            self._plan = _Plan(self._lake.P, horizon=self.max_steps)
+        return ACTIONS[self._plan.action(int(self._lake.s), self.max_steps - self._steps)]
+
     def _tile(self, position: int) -> str:
         row, col = divmod(position, len(self._desc[0]))
         return self._desc[row][col]
 
     def _observation(self) -> str:
         return "\n".join([*render(self._desc, int(self._lake.s)), LEGEND])
+
+
+_TIE = 1e-9
+"""Success probabilities closer than this count as equal."""
+
+
+class _Plan:
+    """Action values of a FrozenLake map from gymnasium's transition table ``P[s][a] = [(p, s', r, done), ...]``.
+
+    ``success[h, s, a]`` is the probability of reaching the goal within ``h`` more actions when taking ``a`` in
+    ``s`` and acting optimally after (the reward is 1 on entering the goal, and terminal states stay put with reward
+    0); ``discounted[s, a]`` the infinite-horizon value with discount ``gamma``, used to break ties.
+    """
+
+    def __init__(self, transitions: dict, horizon: int, gamma: float = 0.95, tolerance: float = 1e-12):
+        num_states, num_actions = len(transitions), len(transitions[0])
+        moves = np.zeros((num_states, num_actions, num_states))
+        reward = np.zeros((num_states, num_actions))
+        for state, by_action in transitions.items():
+            for action, outcomes in by_action.items():
+                for probability, successor, payoff, _ in outcomes:
+                    moves[state, action, successor] += probability
+                    reward[state, action] += probability * payoff
+        self.success = np.zeros((horizon + 1, num_states, num_actions))
+        for h in range(1, horizon + 1):
+            self.success[h] = reward + moves @ self.success[h - 1].max(axis=1)
+        values = np.zeros(num_states)
+        while True:
+            self.discounted = reward + gamma * moves @ values
+            updated = self.discounted.max(axis=1)
+            if np.abs(updated - values).max() < tolerance:
+                break
+            values = updated
+
+    def action(self, state: int, actions_left: int) -> int:
+        """The best action in ``state`` with ``actions_left`` actions before truncation."""
+        success = self.success[min(max(actions_left, 1), len(self.success) - 1), state]
+        candidates = np.flatnonzero(success >= success.max() - _TIE)
+        return int(candidates[np.argmax(self.discounted[state, candidates])])
 
 
 def load_environment(**kwargs: Any) -> FrozenLakeEnv:

@@ -327,6 +327,7 @@ class SokobanEnv(TextEnvironment):
         self._room: Room | None = None
         self._steps = 0
         self._done = True
+        self._plan: dict[State, str] = {}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start the room of ``options["task"]``, or else a room generated from ``seed`` (random if ``None``)."""
@@ -338,6 +339,7 @@ class SokobanEnv(TextEnvironment):
         self._room = Room.parse(task["room"])
         self._steps = 0
         self._done = False
+        self._plan = {}
         info = {key: task[key] for key in ("task_id", "seed", "min_steps") if key in task}
         return self._observation(), info
 
@@ -364,8 +366,33 @@ class SokobanEnv(TextEnvironment):
         info = self.step_info(valid=True, effective=moved is not None, success=success)
         return self._observation(), reward, success, truncated, info
 
+    def admissible_actions(self) -> list[str]:
+        """The four moves; Sokoban accepts each of them in every state (a blocked move is valid, not effective)."""
+        return list(ACTIONS)
+
+    def expert_action(self) -> str | None:
+        """The next move of a shortest solution from the current position (``solve``), or ``None`` when the episode
+        is over or the room can no longer be solved (a box stuck in a corner)."""
+        if self._done or self._room is None:
+            return None
+        state = (self._room.player, self._room.boxes)
+        if state not in self._plan:
+            self._plan = _plan_from(self._room)
+        return self._plan.get(state)
+
     def _observation(self) -> str:
         return "\n".join([*self._room.render(), LEGEND])
+
+
+def _plan_from(room: Room) -> dict[State, str]:
+    """The moves of a shortest solution keyed by the state each is played in, so that an agent that keeps to the
+    plan needs one search per episode; empty when the room has no solution."""
+    plan: dict[State, str] = {}
+    actions = solve(room.render())
+    for action in actions or []:
+        plan[(room.player, room.boxes)] = action
+        room = room.move(room.moves[action.lower()])
+    return plan
 
 
 def load_environment(**kwargs: Any) -> SokobanEnv:
