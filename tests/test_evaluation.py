@@ -125,8 +125,10 @@ def test_model_policy_plays_like_training_and_is_reproducible(counter_env, tiny_
 
 
 def test_load_agent_errors_and_adapters(tmp_path, tiny_agent_dir):
-    with pytest.raises(ValueError, match="Cannot load model"):
-        load_agent(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="No model folder at .*missing.* does not exist"):
+        load_agent(str(tmp_path / "missing"))  # a path, reported as a missing folder rather than a bad Hub id
+    with pytest.raises(ValueError, match="Cannot load model 'missing-agent': there is no folder 'missing-agent'"):
+        load_agent("missing-agent")
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 

@@ -84,7 +84,9 @@ def test_agent_files_and_learning_curves(finished_run):
     assert png_size(output_dir / "learning_curves.png") == (1200, 650)
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     assert sum("rollout/success" in entry for entry in history) == STEPS
-    assert (output_dir / "trajectories.html").read_text().count('<article class="trajectory') == 12
+    page = (output_dir / "trajectories.html").read_text()
+    assert page.count('<article class="trajectory') == 12 and page.count('<section class="group"') == 3  # 4 a step
+    assert page.count('class="token-view"') == 12  # the trainer's tokenizer shows every trajectory's tokens
     card = (output_dir / "README.md").read_text()  # written by the agent card at each checkpoint
     assert "counter" in card and "learning_curves.png" in card
 

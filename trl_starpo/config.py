@@ -257,7 +257,10 @@ class StarPOConfig(GRPOConfig):
     )
     html_sample: int = field(
         default=16,
-        metadata={"help": "Trajectories sampled from the store into output_dir/trajectories.html at the end (0: none)."},
+        metadata={
+            "help": "About this many trajectories, whole task groups, sampled from the store into "
+            "output_dir/trajectories.html at the end (0: none)."
+        },
     )
     save_agent_files: bool = field(
         default=True,

@@ -70,10 +70,12 @@ def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Envir
 
 @contextmanager
 def _quiet_checkpointing_rename():
-    """PEFT (at construction) and TRL's generation context (at every rollout) read
-    ``model.is_gradient_checkpointing``, a name transformers deprecated: a FutureWarning not the user's to act on."""
+    """PEFT (at construction) and TRL's generation context (at every rollout) use ``model.is_gradient_checkpointing``
+    and ``gradient_checkpointing_enable/disable``, names transformers deprecated: FutureWarnings not the user's to act
+    on."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
+                                category=FutureWarning)
         yield
 
 
