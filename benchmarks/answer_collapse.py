@@ -2,7 +2,7 @@
 
 Reads what a recipe leaves in its ``output_dir`` (``validation_results.json`` and the trajectory store
 ``trajectories/``) and writes, as JSON: the validation before and after training, and for every optimizer step
-the rollouts' most common answer (a turn's actions, else its whole response, as ``trl_starpo.diagnostics`` reads it)
+the rollouts' most common answer (a turn's actions, else its whole response, as ``trl_starpo.monitor.diagnostics`` reads it)
 with the fraction of turns giving it, the fraction of actions the environment took as valid, the format error rate,
 the mean return, the fraction of task groups whose returns are all equal, and the steps at which
 ``AnswerCollapse`` (the echo-trap detector of a constant answer with no in-group spread) would have fired on them.
@@ -20,8 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from trl_starpo.detectors import AnswerCollapse
-from trl_starpo.diagnostics import top_answer, trajectory_diagnostics
+from trl_starpo.monitor.detectors import AnswerCollapse
+from trl_starpo.monitor.diagnostics import top_answer, trajectory_diagnostics
 from trl_starpo.store import TrajectoryStore
 
 

@@ -185,7 +185,7 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
 
 
 def rollout_settings(column: Column):
-    from trl_starpo.evaluation import RolloutSettings
+    from trl_starpo.rollout.settings import RolloutSettings
 
     return RolloutSettings(**column.rollout)
 

@@ -13,7 +13,7 @@ from test_trainer import make_args
 from transformers import TrainerCallback
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.callbacks import attach_agent_callbacks
+from trl_starpo.monitor.callbacks import attach_agent_callbacks
 from trl_starpo.monitor import add_echo_trap_monitor
 
 MAX_STEPS = 9

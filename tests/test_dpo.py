@@ -190,7 +190,7 @@ def test_pair_masks_follow_the_segments():
 
 @pytest.mark.slow
 def test_dpo_recipe_online_and_from_a_store(counter_env, tiny_agent_dir, tmp_path):
-    from trl_starpo.evaluation import AGENT_FILE
+    from trl_starpo.rollout.settings import AGENT_FILE
     from trl_starpo.recipes import run_dpo
 
     common = [

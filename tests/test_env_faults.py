@@ -8,7 +8,8 @@ import pytest
 from conftest import CounterEnv, ScriptedGenerator
 
 from trl_starpo.envs import EnvironmentPool
-from trl_starpo.evaluation import RandomPolicy, RolloutSettings, evaluate
+from trl_starpo.evaluation import RandomPolicy, evaluate
+from trl_starpo.rollout.settings import RolloutSettings
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
 

@@ -14,7 +14,7 @@ from test_trainer import make_args
 from transformers import TrainerCallback
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.detectors import (
+from trl_starpo.monitor.detectors import (
     AnswerCollapse,
     Detector,
     DiversityCollapse,
@@ -24,7 +24,7 @@ from trl_starpo.detectors import (
     SuccessDrop,
     default_detectors,
 )
-from trl_starpo.diagnostics import distinct_n, reasoning_probe, top_answer, trajectory_diagnostics, turn_repetition
+from trl_starpo.monitor.diagnostics import distinct_n, reasoning_probe, top_answer, trajectory_diagnostics, turn_repetition
 from trl_starpo.monitor import STATE_FILE, EchoTrapCallback, MonitorCallback, add_echo_trap_monitor
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats

@@ -11,7 +11,7 @@ from trl import GRPOConfig
 from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
-from .evaluation import RolloutSettings
+from .rollout.settings import RolloutSettings
 from .presets import PRESETS
 from .store import DEFAULT_CAPACITY
 

@@ -29,7 +29,7 @@ from trl.trainer.dpo_trainer import DataCollatorForPreference
 from trl.trainer.utils import pad
 
 from .config import apply_cpu_defaults, parse_environment_kwargs
-from .evaluation import RolloutArguments
+from .rollout.settings import RolloutArguments
 from .trajectory import MODEL_SEGMENTS, Trajectory
 
 logger = logging.getLogger(__name__)

@@ -38,10 +38,10 @@ from .algorithms.critics import (
 )
 from .algorithms.filtering import trajectory_filter_weights
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
-from .callbacks import attach_agent_callbacks
+from .monitor.callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import Environment, EnvironmentPool, check_environment, load_environment, load_tasks
-from .hub import StarPOHubMixin
+from .hub.push import StarPOHubMixin
 from .nonfinite import NonFiniteGuard
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .monitor import add_echo_trap_monitor

@@ -136,7 +136,7 @@ def write_tasks_card(name: str, data_dir: str | Path | None = None) -> Path:
     whose ``configs`` map each split of ``load_tasks(name)`` to its ``<split>.jsonl``, so that
     ``datasets.load_dataset(folder)`` returns the splits by the environment's own names (without it, ALFWorld's
     ``valid_seen`` and ``valid_unseen`` merge into one ``validation`` split)."""
-    from ..cards import tasks_card
+    from ..hub.cards import tasks_card
 
     folder = Path(data_dir) if data_dir is not None else tasks_data_dir(name)
     tasks = load_tasks(name)

@@ -34,6 +34,7 @@ from .parsing import (
     parse_response,
     response_shape,
 )
+from .settings import RolloutSettings
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +183,6 @@ class RolloutCollector:
     @classmethod
     def from_config(cls, tokenizer, args) -> RolloutCollector:
         """Build from a ``StarPOConfig`` or any object with the ``RolloutSettings`` fields."""
-        from ..evaluation import RolloutSettings
-
         return cls(tokenizer, **asdict(RolloutSettings.from_config(args)))
 
     def collect(

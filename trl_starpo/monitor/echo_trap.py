@@ -4,8 +4,8 @@ RAGEN's Echo Trap: success climbs, then collapses as the policy locks onto a bri
 spread, entropy and diversity fall and the gradient norm spikes on the way. This module watches those signals.
 
 - ``MonitorCallback``: logs the ``monitor/*`` statistics of every batch of trajectories and, every few batches, the
-  reasoning-collapse probe ``monitor/probe/*`` (see ``trl_starpo.diagnostics``), beside what the trainer logs.
-- Detectors (``trl_starpo.detectors``: ``SuccessDrop``, ``RewardStdCollapse``, ``EntropyCollapse``,
+  reasoning-collapse probe ``monitor/probe/*`` (see ``trl_starpo.monitor.diagnostics``), beside what the trainer logs.
+- Detectors (``trl_starpo.monitor.detectors``: ``SuccessDrop``, ``RewardStdCollapse``, ``EntropyCollapse``,
   ``GradNormSpike``, ``DiversityCollapse``, ``AnswerCollapse``): each reads one logged metric stream and fires on
   its threshold.
 - ``EchoTrapCallback``: feeds every log entry to the detectors and acts on a detection: ``"warn"``, ``"stop"``
@@ -43,14 +43,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .detectors import (
     SUCCESS_METRIC,
-    AnswerCollapse,
-    DiversityCollapse,
     Detector,
-    EntropyCollapse,
-    GradNormSpike,
-    RewardStdCollapse,
     Signal,
-    SuccessDrop,
     _mean,
     _number,
     default_detectors,
@@ -64,23 +58,6 @@ STATE_FILE = "echo_trap_state.json"
 MONITOR_STATE_FILE = "monitor_state.json"
 """``MonitorCallback``'s count of batches (which sets when the probe runs) inside each ``checkpoint-N`` folder."""
 ACTIONS = ("warn", "stop", "rollback")
-
-__all__ = [
-    "ACTIONS",
-    "STATE_FILE",
-    "AnswerCollapse",
-    "Detector",
-    "DiversityCollapse",
-    "EchoTrapCallback",
-    "EntropyCollapse",
-    "GradNormSpike",
-    "MonitorCallback",
-    "RewardStdCollapse",
-    "Signal",
-    "SuccessDrop",
-    "add_echo_trap_monitor",
-    "default_detectors",
-]
 
 
 # -- callbacks ----------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .cards import PLOT_FILE, AgentRecord, dataset_card, model_card, tasks_card
-from .evaluation import AGENT_FILE
+from ..rollout.settings import AGENT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def public_model_name(name: str | None) -> str | None:
     """``name``, except the embedded default model's cache folder, which maps back to its Hub id."""
     if not name:
         return None
-    from .models import DEFAULT_MODEL, cache_dir
+    from ..models import DEFAULT_MODEL, cache_dir
 
     try:
         if Path(name).resolve() == (cache_dir() / "models" / "SmolLM2-135M-Instruct").resolve():
@@ -98,7 +98,7 @@ def agent_record(trainer) -> AgentRecord:
 
 def write_agent_files(trainer, folder: str | Path | None = None) -> AgentRecord:
     """Write ``starpo_agent.json`` and the learning-curve PNG of ``trainer``'s run into ``folder`` (its output_dir)."""
-    from .plotting import plot_learning_curves
+    from ..display.plotting import plot_learning_curves
 
     folder = Path(folder or trainer.args.output_dir)
     record = agent_record(trainer)
@@ -147,7 +147,7 @@ def push_to_hub(trainer, commit_message: str | None = "End of training", blockin
     model_name = kwargs.pop("model_name", None) or trainer.hub_model_id.split("/")[-1]
     store_dir = Path(trainer.args.output_dir, TRAJECTORY_FOLDER)
     if push_trajectories and _has_store(store_dir):
-        from .store import TrajectoryStore
+        from ..store import TrajectoryStore
 
         dataset_repo = f"{trainer.hub_model_id}-trajectories"
         record = agent_record(trainer)
@@ -186,7 +186,7 @@ class StarPOHubMixin:
 
 
 def _has_store(folder: Path) -> bool:
-    from .store import POINTER
+    from ..store import POINTER
 
     return (folder / POINTER).is_file()
 
@@ -244,7 +244,7 @@ def push_tasks(environment: str, repo_id: str, *, private: bool | None = None, t
     ``load_tasks(environment, split, source=repo_id)`` plays them. Returns the repository URL."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    from .envs import load_tasks
+    from ..envs import load_tasks
 
     tasks = load_tasks(environment)
     api = HfApi(token=token)
@@ -263,7 +263,7 @@ def agent_files(folder: str | Path, *, repo_id: str, record: AgentRecord | None 
     """
     from huggingface_hub.utils import filter_repo_objects
 
-    from .plotting import plot_learning_curves
+    from ..display.plotting import plot_learning_curves
 
     folder = Path(folder)
     record = record or AgentRecord.load(folder) or AgentRecord()
@@ -364,7 +364,7 @@ def _read_record(folder: Path) -> AgentRecord:
 
 
 def _read_store(folder: Path):
-    from .store import TrajectoryStore
+    from ..store import TrajectoryStore
 
     try:
         return TrajectoryStore.load(folder)

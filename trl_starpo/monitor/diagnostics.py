@@ -20,7 +20,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from .trajectory import Segment, Trajectory, Turn
+from ..trajectory import Segment, Trajectory, Turn
 
 PREFIX = "monitor/"
 PROBE_PREFIX = "monitor/probe/"
