@@ -167,7 +167,7 @@ def test_following_the_plan_needs_no_replanning_and_thinking_names_the_next_comm
 
 
 def test_expert_demonstrations_on_alfworld_fit_the_recipe_settings(splits, cache):
-    from trl_starpo.evaluation import RolloutSettings
+    from trl_starpo.rollout.settings import RolloutSettings
     from trl_starpo.models import resolve_model_path
     from trl_starpo.sft import expert_demonstrations
     from transformers import AutoTokenizer

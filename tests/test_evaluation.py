@@ -9,17 +9,16 @@ from conftest import CounterEnv
 from starpo_testenv import NAME, install_counter_env, register, task_rows
 
 from trl_starpo.evaluation import (
-    AGENT_FILE,
     ExpertPolicy,
     ModelPolicy,
     RandomPolicy,
-    RolloutSettings,
     evaluate,
     load_agent,
     make_policy,
     summarize,
 )
 from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
+from trl_starpo.rollout.settings import AGENT_FILE, RolloutSettings
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from test_store import make_trajectory
 
-from trl_starpo.html_export import token_spans, trajectories_html, write_html, write_store_html
+from trl_starpo.display.html_export import token_spans, trajectories_html, write_html, write_store_html
 from trl_starpo.store import TrajectoryStore
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 

@@ -16,7 +16,7 @@ from mock_hub import fake_hub
 from starpo_testenv import NAME, install_counter_env
 from test_store import make_trajectory
 
-from trl_starpo.cards import AgentRecord, dataset_card, model_card, play_snippet
+from trl_starpo.hub.cards import AgentRecord, dataset_card, model_card, play_snippet
 from trl_starpo.hub import push_agent
 from trl_starpo.store import TrajectoryStore, from_dataset
 
@@ -216,7 +216,7 @@ def test_trainer_push_to_hub_sends_the_agent_with_its_validation(monkeypatch, tm
     from test_trainer import counter_tasks, make_args
 
     from trl_starpo import StarPOTrainer
-    from trl_starpo.callbacks import attach_agent_callbacks
+    from trl_starpo.monitor.callbacks import attach_agent_callbacks
 
     with fake_hub(monkeypatch) as hub:
         args = make_args(tmp_path / "run", max_steps=1, max_turns=2, push_to_hub=True,

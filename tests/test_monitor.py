@@ -13,7 +13,7 @@ from test_trainer import make_args
 from transformers import TrainerCallback
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.detectors import (
+from trl_starpo.monitor.detectors import (
     Detector,
     DiversityCollapse,
     EntropyCollapse,
@@ -22,7 +22,7 @@ from trl_starpo.detectors import (
     SuccessDrop,
     default_detectors,
 )
-from trl_starpo.diagnostics import distinct_n, reasoning_probe, trajectory_diagnostics, turn_repetition
+from trl_starpo.monitor.diagnostics import distinct_n, reasoning_probe, trajectory_diagnostics, turn_repetition
 from trl_starpo.monitor import STATE_FILE, EchoTrapCallback, add_echo_trap_monitor
 from trl_starpo.trajectory import Segment, Trajectory, Turn
 

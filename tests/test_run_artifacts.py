@@ -9,8 +9,8 @@ from conftest import CounterEnv
 from test_trainer import counter_tasks, make_args
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.callbacks import attach_agent_callbacks, trajectory_store
-from trl_starpo.plotting import PANELS, plot_learning_curves, plot_run
+from trl_starpo.monitor.callbacks import attach_agent_callbacks, trajectory_store
+from trl_starpo.display.plotting import PANELS, plot_learning_curves, plot_run
 from trl_starpo.store import TrajectoryStore
 
 STEPS = 3
@@ -119,7 +119,7 @@ def test_plot_draws_validation_intervals_and_echo_trap_detections(tmp_path, monk
     from matplotlib.axes import Axes
     from PIL import Image
 
-    from trl_starpo.plotting import echo_trap_detections
+    from trl_starpo.display.plotting import echo_trap_detections
 
     history = [{"step": s, "rollout/success": 0.5, "grad_norm": 1.0} for s in range(1, 7)]
     history[3].update({"echo_trap/detected": 1.0, "echo_trap/success_drop": 1.0, "echo_trap/rollback_to": 2.0})

@@ -6,7 +6,7 @@ import sys
 import pytest
 from starpo_testenv import NAME, PLAIN_NAME, install_counter_env, register, task_rows
 
-from trl_starpo.evaluation import AGENT_FILE, RolloutSettings
+from trl_starpo.rollout.settings import AGENT_FILE, RolloutSettings
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.sft import ExpertSFTConfig, expert_demonstrations, expert_response
 

@@ -84,7 +84,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def _settings(args: argparse.Namespace, model_path: str | None):
-    from .evaluation import RolloutSettings
+    from .rollout.settings import RolloutSettings
 
     settings = RolloutSettings.from_pretrained(model_path)
     return settings.updated(
@@ -265,7 +265,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    from .plotting import plot_run
+    from .display.plotting import plot_run
 
     try:
         path = plot_run(args.run, args.output)
@@ -276,7 +276,7 @@ def _plot(args: argparse.Namespace) -> int:
 
 
 def _html(args: argparse.Namespace) -> int:
-    from .html_export import write_store_html
+    from .display.html_export import write_store_html
     from .store import TrajectoryStore
 
     try:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .callbacks import attach_agent_callbacks
+from .monitor.callbacks import attach_agent_callbacks
 from .store import TrajectoryStore, record_trajectory
 from .trainer import StarPOTrainer
 from .trajectory import Trajectory

@@ -11,7 +11,8 @@ import sys
 import unicodedata
 from typing import Any, TextIO
 
-from .evaluation import ModelPolicy, RolloutSettings
+from .evaluation import ModelPolicy
+from .rollout.settings import RolloutSettings
 from .trajectory import Trajectory, Turn
 
 QUIT_WORDS = {"q", "quit", "exit"}

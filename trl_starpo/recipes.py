@@ -21,7 +21,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import StarPOConfig
 from .envs import load_tasks
-from .hub import public_model_name, write_agent_files
+from .hub.push import public_model_name, write_agent_files
 from .models import DEFAULT_MODEL, resolve_model_path
 from .trainer import StarPOTrainer
 
@@ -182,7 +182,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     from transformers import AutoTokenizer
     from trl import SFTTrainer
 
-    from .cards import AgentRecord
+    from .hub.cards import AgentRecord
     from .evaluation import ModelPolicy, evaluate as play
     from .sft import ExpertSFTConfig, expert_demonstrations
 

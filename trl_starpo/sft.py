@@ -18,7 +18,7 @@ from typing import Any
 from trl import SFTConfig
 
 from .config import apply_cpu_defaults, carry_checkpointing_fields, parse_environment_kwargs
-from .evaluation import RolloutSettings
+from .rollout.settings import RolloutSettings
 from .rollout.parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
 from .trajectory import Segment, Trajectory
 

@@ -42,10 +42,10 @@ from .algorithms.critics import (
 )
 from .algorithms.filtering import trajectory_filter_mask
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
-from .callbacks import attach_agent_callbacks
+from .monitor.callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import Environment, load_environment, load_tasks
-from .hub import StarPOHubMixin
+from .hub.push import StarPOHubMixin
 from .monitor import add_echo_trap_monitor
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator

@@ -16,6 +16,7 @@ from ..envs import Environment
 from ..trajectory import Segment, Trajectory, Turn
 from .generation import GenerationBackend
 from .parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_OPEN, ParsedResponse, format_instructions, parse_response
+from .settings import RolloutSettings
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +144,6 @@ class RolloutCollector:
     @classmethod
     def from_config(cls, tokenizer, args) -> RolloutCollector:
         """Build from a ``StarPOConfig`` or any object with the ``RolloutSettings`` fields."""
-        from ..evaluation import RolloutSettings
-
         return cls(tokenizer, **asdict(RolloutSettings.from_config(args)))
 
     def collect(

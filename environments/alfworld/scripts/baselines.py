@@ -10,7 +10,8 @@ draw from ``env.admissible_actions()``), one command a turn.
 import argparse
 import json
 
-from trl_starpo.evaluation import ExpertPolicy, RandomPolicy, RolloutSettings, evaluate
+from trl_starpo.evaluation import ExpertPolicy, RandomPolicy, evaluate
+from trl_starpo.rollout.settings import RolloutSettings
 from starpo_alfworld import load_tasks
 
 

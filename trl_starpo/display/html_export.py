@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
+from ..trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
 TEMPLATES = Path(__file__).parent / "templates"
 LONG_OBSERVATION_LINES = 12
@@ -111,7 +111,7 @@ def trajectories_html(
     step); with ``tokenizer``, each also shows its prompt and its tokens by segment."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    from .evaluation import success_interval
+    from ..evaluation import success_interval
 
     n = len(trajectories)
     environments = list(environments or [None] * n)

@@ -19,10 +19,10 @@ from pathlib import Path
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .cards import AgentRecord
-from .hub import TRAJECTORY_FOLDER, public_model_name
-from .progress import show_rollout_progress
-from .store import DEFAULT_CAPACITY, TrajectoryStore
+from ..hub.cards import AgentRecord
+from ..hub.push import TRAJECTORY_FOLDER, public_model_name
+from ..display.progress import show_rollout_progress
+from ..store import DEFAULT_CAPACITY, TrajectoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class TrajectoryStoreCallback(TrainerCallback):
             return
         self.store.save(Path(args.output_dir, TRAJECTORY_FOLDER))
         if self.html_sample and len(self.store):
-            from .html_export import write_store_html
+            from ..display.html_export import write_store_html
 
             write_store_html(self.store, Path(args.output_dir, HTML_FILE), sample=self.html_sample,
                              tokenizer=self.trainer.processing_class,
@@ -120,7 +120,7 @@ class AgentFilesCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            from .hub import agent_record
+            from ..hub.push import agent_record
 
             agent_record(self.trainer).save(Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
 

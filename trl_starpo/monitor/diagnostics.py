@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from .trajectory import Segment, Trajectory
+from ..trajectory import Segment, Trajectory
 
 PREFIX = "monitor/"
 PROBE_PREFIX = "monitor/probe/"

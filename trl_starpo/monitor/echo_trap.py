@@ -4,8 +4,8 @@ RAGEN's Echo Trap: success climbs, then collapses as the policy locks onto a bri
 spread, entropy and diversity fall and the gradient norm spikes on the way. This module watches those signals.
 
 - ``MonitorCallback``: logs the ``monitor/*`` statistics of every batch of trajectories and, every few batches, the
-  reasoning-collapse probe ``monitor/probe/*`` (see ``trl_starpo.diagnostics``), beside what the trainer logs.
-- Detectors (``trl_starpo.detectors``: ``SuccessDrop``, ``RewardStdCollapse``, ``EntropyCollapse``,
+  reasoning-collapse probe ``monitor/probe/*`` (see ``trl_starpo.monitor.diagnostics``), beside what the trainer logs.
+- Detectors (``trl_starpo.monitor.detectors``: ``SuccessDrop``, ``RewardStdCollapse``, ``EntropyCollapse``,
   ``GradNormSpike``, ``DiversityCollapse``): each reads one logged metric stream and fires on its threshold.
 - ``EchoTrapCallback``: feeds every log entry to the detectors and acts on a detection: ``"warn"``, ``"stop"``
   training, or ``"rollback"``: restore the best checkpoint so far (by smoothed success), scale the learning rate
@@ -60,22 +60,6 @@ logger = logging.getLogger(__name__)
 STATE_FILE = "echo_trap_state.json"
 """The callback's state inside each ``checkpoint-N`` folder, and in ``output_dir`` at the end of training."""
 ACTIONS = ("warn", "stop", "rollback")
-
-__all__ = [
-    "ACTIONS",
-    "STATE_FILE",
-    "Detector",
-    "DiversityCollapse",
-    "EchoTrapCallback",
-    "EntropyCollapse",
-    "GradNormSpike",
-    "MonitorCallback",
-    "RewardStdCollapse",
-    "Signal",
-    "SuccessDrop",
-    "add_echo_trap_monitor",
-    "default_detectors",
-]
 
 
 # -- callbacks ----------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .evaluation import AGENT_FILE, RolloutSettings, success_interval
+from ..evaluation import success_interval
+from ..rollout.settings import AGENT_FILE, RolloutSettings
 
 PLOT_FILE = "learning_curves.png"
 
@@ -101,7 +102,7 @@ class AgentRecord:
     @classmethod
     def from_config(cls, args: Any, **values: Any) -> AgentRecord:
         """Take the rollout settings, preset and key fields from a ``StarPOConfig`` (or any object with them)."""
-        from . import __version__
+        from .. import __version__
 
         training = {name: _plain(getattr(args, name)) for name in KEY_CONFIG_FIELDS if hasattr(args, name)}
         values.setdefault("preset", training.get("preset"))
@@ -252,7 +253,7 @@ def model_card(
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    from . import __version__
+    from .. import __version__
 
     environments = [check_environment_name(e) for e in record.environments] or ["unknown"]
     base = _hub_id(record.base_model)

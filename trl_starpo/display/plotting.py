@@ -87,7 +87,7 @@ def plot_learning_curves(
     from matplotlib.figure import Figure  # a bare Figure renders with Agg and never touches pyplot's backend
     from matplotlib.ticker import MaxNLocator
 
-    from .evaluation import success_interval
+    from ..evaluation import success_interval
 
     figure = Figure(figsize=FIGURE_SIZE, dpi=DPI)
     axes = figure.subplots(2, 3)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .cards import PLOT_FILE, AgentRecord, dataset_card, model_card
-from .evaluation import AGENT_FILE
+from ..rollout.settings import AGENT_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def public_model_name(name: str | None) -> str | None:
     """``name``, except the embedded default model's cache folder, which maps back to its Hub id."""
     if not name:
         return None
-    from .models import DEFAULT_MODEL, cache_dir
+    from ..models import DEFAULT_MODEL, cache_dir
 
     try:
         if Path(name).resolve() == (cache_dir() / "models" / "SmolLM2-135M-Instruct").resolve():
@@ -96,7 +96,7 @@ def agent_record(trainer) -> AgentRecord:
 
 def write_agent_files(trainer, folder: str | Path | None = None) -> AgentRecord:
     """Write ``starpo_agent.json`` and the learning-curve PNG of ``trainer``'s run into ``folder`` (its output_dir)."""
-    from .plotting import plot_learning_curves
+    from ..display.plotting import plot_learning_curves
 
     folder = Path(folder or trainer.args.output_dir)
     record = agent_record(trainer)
@@ -145,7 +145,7 @@ def push_to_hub(trainer, commit_message: str | None = "End of training", blockin
     model_name = kwargs.pop("model_name", None) or trainer.hub_model_id.split("/")[-1]
     store_dir = Path(trainer.args.output_dir, TRAJECTORY_FOLDER)
     if push_trajectories and _has_store(store_dir):
-        from .store import TrajectoryStore
+        from ..store import TrajectoryStore
 
         dataset_repo = f"{trainer.hub_model_id}-trajectories"
         record = agent_record(trainer)
@@ -184,7 +184,7 @@ class StarPOHubMixin:
 
 
 def _has_store(folder: Path) -> bool:
-    from .store import POINTER
+    from ..store import POINTER
 
     return (folder / POINTER).is_file()
 
@@ -227,7 +227,7 @@ def agent_files(folder: str | Path, *, repo_id: str, record: AgentRecord | None 
     """
     from huggingface_hub.utils import filter_repo_objects
 
-    from .plotting import plot_learning_curves
+    from ..display.plotting import plot_learning_curves
 
     folder = Path(folder)
     record = record or AgentRecord.load(folder) or AgentRecord()
@@ -272,7 +272,7 @@ def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: st
     urls = {}
     store_dir = folder / TRAJECTORY_FOLDER
     if push_trajectories and _has_store(store_dir):
-        from .store import TrajectoryStore
+        from ..store import TrajectoryStore
 
         dataset_repo = trajectories_repo_id or f"{model_url.repo_id}-trajectories"
         urls["trajectories"] = push_trajectories_to_hub(
