@@ -75,8 +75,9 @@ def test_push_agent_sends_the_agent_card_curves_and_trajectories(monkeypatch, ch
     assert [c["type"] if "type" in c else "model" for c in hub.created] == ["model", "dataset"]
     # Every request of the push carries the token (huggingface_hub's own agent detection asks anonymously).
     assert {auth for path, auth in hub.authorization if path != "/api/agent-harnesses"} == {"Bearer hf_fake_token"}
-    assert {path for path, _ in hub.authorization} == {
-        "/api/agent-harnesses", "/api/repos/create", "/api/validate-yaml",
+    # huggingface_hub asks /api/agent-harnesses once per process, so only if no earlier test reached the Hub client.
+    assert {path for path, _ in hub.authorization} - {"/api/agent-harnesses"} == {
+        "/api/repos/create", "/api/validate-yaml",
         "/api/models/user/counter-agent/preupload/main", "/api/models/user/counter-agent/commit/main",
         "/api/datasets/user/counter-agent-trajectories/preupload/main",
         "/api/datasets/user/counter-agent-trajectories/commit/main",
