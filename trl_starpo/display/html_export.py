@@ -64,7 +64,8 @@ def _turn_context(turn) -> dict[str, Any]:
         "invalid action" if invalid == len(turn.actions) else f"action ({invalid} of {len(turn.actions)} invalid)")
     return {
         "observation": turn.observation, "collapsed": collapsed, "observation_head": lines[0][:120],
-        "observation_size": f"{len(lines)} line{'s' if len(lines) > 1 else ''}, {len(turn.observation)} characters", "thinking": turn.thinking.strip() if turn.thinking is not None else None,
+        "observation_size": f"{len(lines)} line{'s' if len(lines) > 1 else ''}, {len(turn.observation)} characters",
+        "thinking": turn.thinking.strip() if turn.thinking is not None else None,
         "format_ok": turn.format_ok, "format_error": turn.format_error, "response": turn.response,
         "actions": list(turn.actions), "invalid": invalid > 0, "action_label": label,
         "reward": turn.reward, "reward_class": _reward_class(turn.reward),
@@ -133,7 +134,8 @@ def trajectories_html(
     if n:
         low, high = success_interval(successes / n, n)
         mean_return = sum(t.episode_return for t in trajectories) / n
-        summary += (f" · success {successes}/{n} (95% interval {low:.2f}–{high:.2f}) · mean return {mean_return:+.3f}")
+        summary += f" · success {successes}/{n} (95% interval {low:.2f}–{high:.2f})"
+        summary += f" · mean return {mean_return:+.3f}"
     if tokenizer is None and n:
         summary += " · no tokenizer given: prompts and tokens not shown"
     jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, undefined=StrictUndefined)

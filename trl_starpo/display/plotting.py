@@ -46,8 +46,8 @@ def echo_trap_detections(log_history: Sequence[dict[str, Any]]) -> list[dict[str
     found = []
     for entry in log_history:
         if entry.get("echo_trap/detected"):
-            detectors = sorted(k.split("/", 1)[1] for k in entry
-                               if k.startswith("echo_trap/") and k not in ("echo_trap/detected", "echo_trap/rollback_to"))
+            marks = ("echo_trap/detected", "echo_trap/rollback_to")
+            detectors = sorted(k.split("/", 1)[1] for k in entry if k.startswith("echo_trap/") and k not in marks)
             found.append({"step": entry.get("step"), "detectors": detectors,
                           "rollback_to": entry.get("echo_trap/rollback_to")})
     return found
