@@ -179,7 +179,7 @@ class OfflineStarPOTrainer(StarPOTrainer):
     def _current_logps(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        with torch.no_grad():
+        with torch.no_grad(), self._scoring(batch["completion_mask"] * batch["tool_mask"]):
             logps, _, _ = self._get_per_token_logps_and_entropies(
                 self.model, input_ids, attention_mask, batch["completion_ids"].size(1),
                 batch_size=self.args.per_device_train_batch_size,

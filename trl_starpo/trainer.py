@@ -42,6 +42,7 @@ from .monitor.callbacks import attach_agent_callbacks
 from .config import StarPOConfig
 from .envs import Environment, EnvironmentPool, check_environment, load_environment, load_tasks
 from .hub.push import StarPOHubMixin
+from .logprobs import scored_logps
 from .nonfinite import NonFiniteGuard
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .monitor import add_echo_trap_monitor
@@ -166,6 +167,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
         self.add_callback(self.nonfinite_guard)
         self._capture_loss_logps = False
+        self._scored_positions: torch.Tensor | None = None  # the positions log-probs are read at, while scoring
         self._generation_start = 0  # the micro-step at which the buffered generation batch was collected
         optimizer_steps_per_batch = args.steps_per_generation * self.num_iterations / args.gradient_accumulation_steps
         if args.kl_early_stop > 0 and optimizer_steps_per_batch <= 2:
@@ -478,7 +480,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         logits_to_keep = batch["completion_ids"].size(1)
         batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
         output = {}
-        with torch.no_grad():
+        with torch.no_grad(), self._scoring(batch["completion_mask"] * batch["tool_mask"]):
             # As in GRPOTrainer: when an optimizer step does not line up with a generation, later updates are off
             # the sampling policy and need its log-probs for the importance ratio.
             generate_every = self.args.steps_per_generation * self.num_iterations
@@ -500,10 +502,20 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 output["ref_per_token_logps"] = ref
         return output
 
+    @contextmanager
+    def _scoring(self, positions: torch.Tensor):
+        """Within this block, log-probs are computed at ``positions`` (the model tokens) only."""
+        self._scored_positions = positions
+        try:
+            yield
+        finally:
+            self._scored_positions = None
+
     def _compute_loss(self, model, inputs):
         self._capture_loss_logps = True
         try:
-            loss = super()._compute_loss(model, inputs)
+            with self._scoring(inputs["completion_mask"] * inputs["tool_mask"]):
+                loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_loss_logps = False
         if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
@@ -522,8 +534,22 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.nonfinite_guard.observe_loss(loss)
         return loss
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
+        compute_aux_loss=False, **multimodal,
+    ):
+        scored = self._scored_positions
+        if scored is None or compute_aux_loss or any(value is not None for value in multimodal.values()):
+            logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **multimodal,
+            )
+        else:  # observation and template tokens never need a distribution over the vocabulary
+            logps, entropies = scored_logps(
+                model, input_ids, attention_mask, scored, batch_size=batch_size, compute_entropy=compute_entropy,
+                autocast=self.accelerator.autocast,
+            )
+            aux_loss = None
         if self._capture_loss_logps:
             self._loss_logps = logps.detach()
         return logps, entropies, aux_loss

@@ -1,0 +1,70 @@
+"""Per-token log-probabilities scored only where a loss reads them.
+
+A StarPO "completion" is the whole rest of an episode: the model's turns, but also every later observation and the
+chat-template glue between them, which take no gradient and need no distribution over the vocabulary. On a
+5-turn Sokoban episode four tokens in five are such tokens. TRL's fused LM head (``add_fused_lm_head``, which
+GRPOTrainer installs on the policy) already skips positions labelled ``-100``, but only on Triton devices; elsewhere
+it projects every position through the LM head, forward and backward, and builds ``(positions, 32768)`` tiles for
+each. :func:`scored_logps` labels the unscored positions ``-100`` and asks the head to project only the labelled ones
+on every device, so the LM head's work and its tiles follow the tokens that are trained.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+
+import torch
+import trl.trainer.utils as trl_utils
+
+
+@contextmanager
+def _project_labelled_positions_only():
+    """Make TRL's fused LM head gather the labelled positions before projecting them, on any device.
+
+    TRL decides between "project the labelled positions" and "project every position" with its ``_use_triton`` test
+    (a fixed tile shape avoids recompilation on XLA devices). The numbers are the same either way; only the work
+    differs. Where TRL no longer has that switch, this does nothing and the head scores every position.
+    """
+    original = getattr(trl_utils, "_use_triton", None)
+    if original is None:
+        yield
+        return
+    trl_utils._use_triton = lambda device: True
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+def scored_logps(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    scored: torch.Tensor,
+    *,
+    batch_size: int | None = None,
+    compute_entropy: bool = False,
+    autocast: Callable[[], AbstractContextManager] = nullcontext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (and entropies) of the last ``scored.size(1)`` tokens of each row, at the positions ``scored`` marks.
+
+    ``model`` carries TRL's fused LM head (``model(..., labels=..., fused_lm_head=True)``). Rows are scored
+    ``batch_size`` at a time. Unscored positions hold 0 in both outputs, which stay connected to the graph, so a
+    micro-batch with nothing to score still backpropagates a zero.
+    """
+    width = scored.size(1)
+    batch_size = batch_size or input_ids.size(0)
+    logps, entropies = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        ids = input_ids[start : start + batch_size]
+        mask = attention_mask[start : start + batch_size]
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-width] = -100
+        labels[:, -width:] = labels[:, -width:].masked_fill(scored[start : start + batch_size] == 0, -100)
+        with autocast(), _project_labelled_positions_only():
+            outputs = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+        logps.append(outputs.log_probs[:, -width:])
+        if compute_entropy:
+            entropies.append(outputs.entropy[:, -width:])
+    return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
