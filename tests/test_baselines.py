@@ -30,6 +30,16 @@ def test_the_card_shows_the_recorded_expert_random_and_model_rows(name):
     assert baselines.table(name) in card, f"rerun `python benchmarks/baselines.py --table --env {name}` into the card"
 
 
+@pytest.mark.parametrize("name", sorted(baselines.LIMITS))
+def test_the_cards_commands_are_the_generators_in_the_documented_flag_spelling(name):
+    """docs/cli.md documents one spelling, underscores (`--max_turns`); the cards print the recorded commands."""
+    record = json.loads((baselines.RECORDS / f"{name}.json").read_text())
+    generated = [" ".join(baselines._quoted(part) for part in line) for line in baselines.commands(name)]
+    assert [run["command"] for run in record["runs"]] == generated
+    dashed = [flag for line in generated for flag in re.findall(r"(?<!\S)--\w+-[\w-]+", line)]
+    assert not dashed, f"{name}: flags spelt with dashes: {dashed}"
+
+
 def _tables(text: str):
     """Each Markdown table in ``text`` with the paragraph just above it: ``(paragraph, header, rows)``."""
     lines, paragraph, index = text.splitlines(), [], 0
