@@ -24,14 +24,14 @@ RECORDS = Path(__file__).with_name("baselines")
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 LIMITS = {
-    "alfworld": "--max-turns 10 --max-actions-per-turn 1 --max-actions-per-trajectory 10",
+    "alfworld": "--max_turns 10 --max_actions_per_turn 1 --max_actions_per_trajectory 10",
     "bandit": "",
     "countdown": "",
-    "frozenlake": "--max-turns 10 --max-actions-per-turn 2 --max-actions-per-trajectory 20",
-    "hotpotqa": "--max-turns 7 --max-actions-per-turn 1 --max-actions-per-trajectory 7",
-    "minigrid": "--max-turns 10 --max-actions-per-turn 3 --max-actions-per-trajectory 30",
-    "sokoban": "--max-turns 10 --max-actions-per-turn 2 --max-actions-per-trajectory 20",
-    "webshop": "--max-turns 15 --max-actions-per-turn 1 --max-actions-per-trajectory 15",
+    "frozenlake": "--max_turns 10 --max_actions_per_turn 2 --max_actions_per_trajectory 20",
+    "hotpotqa": "--max_turns 7 --max_actions_per_turn 1 --max_actions_per_trajectory 7",
+    "minigrid": "--max_turns 10 --max_actions_per_turn 3 --max_actions_per_trajectory 30",
+    "sokoban": "--max_turns 10 --max_actions_per_turn 2 --max_actions_per_trajectory 20",
+    "webshop": "--max_turns 15 --max_actions_per_turn 1 --max_actions_per_trajectory 15",
 }
 """Episode limits a baseline plays under (empty: StarPOConfig's defaults, enough for one-turn environments)."""
 
@@ -43,13 +43,14 @@ MODEL_EPISODES = 8
 
 
 def commands(environment: str) -> list[list[str]]:
-    """The `trl-starpo eval` command lines of one environment: baselines and model, for each split."""
+    """The `trl-starpo eval` command lines of one environment: baselines and model, for each split, with flags in
+    the documented spelling (underscores, as in docs/cli.md)."""
     flags = LIMITS[environment].split()
     if environment in ENV_KWARGS:
-        flags += ["--env-kwargs", ENV_KWARGS[environment]]
+        flags += ["--env_kwargs", ENV_KWARGS[environment]]
     lines = []
     for split in SPLITS.get(environment, ["validation"]):
-        base = ["trl-starpo", "eval", "--env", environment, "--split", split, *flags, "--json", "--no-progress"]
+        base = ["trl-starpo", "eval", "--env", environment, "--split", split, *flags, "--json", "--no_progress"]
         lines.append([*base, "--policy", "expert,random"])
         lines.append([*base, "--model", MODEL, "--episodes", str(MODEL_EPISODES)])
     return lines

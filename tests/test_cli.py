@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from starpo_testenv import NAME, install_counter_env
@@ -84,8 +85,50 @@ def test_every_subcommand_takes_both_flag_spellings(env_path):
     rows = [json.loads(cli(env_path, "eval", "--env", NAME, "--policy", "expert", *flags, "--json").stdout)
             for flags in (["--max_turns", "1", "--batch_size", "2"], ["--max-turns=1", "--batch-size", "2"])]
     assert rows[0] == rows[1] and rows[0]["turns"] == 1.0
-    help_text = cli(env_path, "eval", "--help").stdout
-    assert "--max_turns" in help_text and "--max-turns" not in help_text  # one spelling documented
+    for command in ("eval", "play"):
+        help_text = cli(env_path, command, "--help").stdout
+        assert "--max_turns" in help_text and "--max-turns" not in help_text, command  # one spelling documented
+        assert "--env_kwargs" in help_text and "--env-kwargs" not in help_text, command
+
+
+# Each flag in both spellings; the dashed list also tries the ``--flag=value`` form.
+PLAY_FLAGS = (["--max_turns", "3", "--max_tokens_per_turn", "9", "--env_kwargs", "{}", "--top_p", "0.5"],
+              ["--max-turns=3", "--max-tokens-per-turn", "9", "--env-kwargs", "{}", "--top-p", "0.5"])
+TRAIN_FLAGS = (["--max_turns", "3", "--per_device_train_batch_size", "2", "--num_generations", "2",
+                "--environment_kwargs", "{}", "--max_actions_per_trajectory", "7", "--report_to", "none"],
+               ["--max-turns=3", "--per-device-train-batch-size", "2", "--num-generations", "2",
+                "--environment-kwargs", "{}", "--max-actions-per-trajectory", "7", "--report-to", "none"])
+
+
+def test_play_and_train_take_both_flag_spellings(env_path, monkeypatch, tmp_path):
+    """`play` and `train` parse underscores and dashes alike (parsing only: nothing is played or trained)."""
+    from starpo_testenv import register
+
+    import trl_starpo.play
+    import trl_starpo.recipes
+    from trl_starpo.cli import main
+
+    played, trained = [], []
+    monkeypatch.setattr(trl_starpo.play, "play_human",
+                        lambda env, task, settings, **kwargs: played.append((env, task, settings, kwargs))
+                        or SimpleNamespace(env_error=None))
+    monkeypatch.setattr(trl_starpo.recipes, "train", lambda *parsed: trained.append(parsed))
+    undo = register(env_path)
+    try:
+        for flags in PLAY_FLAGS:
+            assert main(["play", "--env", NAME, "--task", "1", *flags]) == 0
+        for flags in TRAIN_FLAGS:
+            assert main(["train", "--env", NAME, "--output_dir", str(tmp_path), *flags]) == 0
+    finally:
+        undo()
+    assert played[0] == played[1] and played[0][2].max_turns == 3 and played[0][2].max_tokens_per_turn == 9
+    (env, recipe, config, model), (env_, recipe_, config_, model_) = trained
+    assert (env, recipe, model) == (env_, recipe_, model_) == (NAME, recipe, model)
+    differ = [key for key, value in config.to_dict().items()
+              if key != "logging_dir" and value != config_.to_dict()[key]]  # logging_dir: a timestamp
+    assert not differ, differ
+    assert (config.max_turns, config.per_device_train_batch_size, config.num_generations,
+            config.max_actions_per_trajectory) == (3, 2, 2, 7)
 
 
 def test_a_person_plays_an_episode(env_path):
@@ -228,8 +271,8 @@ def error_lines(capsys) -> list[str]:
 
 
 BOGUS = '{"bogus": 1}'
-REJECTED = r"Environment 'testcounter' cannot be built with --env-kwargs \{\"bogus\": 1\}: TypeError: .*'bogus'$"
-REJECTED_IN_TRAIN = REJECTED.replace("--env-kwargs", "--environment_kwargs")
+REJECTED = r"Environment 'testcounter' cannot be built with --env_kwargs \{\"bogus\": 1\}: TypeError: .*'bogus'$"
+REJECTED_IN_TRAIN = REJECTED.replace("--env_kwargs", "--environment_kwargs")
 
 
 @pytest.mark.parametrize(

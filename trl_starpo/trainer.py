@@ -10,7 +10,6 @@ after the first prompt) in which only the model's own tokens are trained.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -46,6 +45,7 @@ from .logprobs import scored_logps
 from .nonfinite import NonFiniteGuard
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .monitor import add_echo_trap_monitor
+from .models import quiet_checkpointing_rename
 from .rollout.collector import RolloutCollector
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
@@ -67,17 +67,6 @@ def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Envir
     if callable(environment):
         return environment
     raise TypeError(f"environment must be a registered name or a factory, got {type(environment).__name__}.")
-
-
-@contextmanager
-def _quiet_checkpointing_rename():
-    """PEFT (at construction) and TRL's generation context (at every rollout) use ``model.is_gradient_checkpointing``
-    and ``gradient_checkpointing_enable/disable``, names transformers deprecated: FutureWarnings not the user's to act
-    on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`(is_)?gradient_checkpointing(_enable|_disable)?` is deprecated",
-                                category=FutureWarning)
-        yield
 
 
 def episode_return(prompts=None, completions=None, *, episode_return: list[float], **kwargs) -> list[float]:
@@ -120,7 +109,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
     _tag_names = ["trl", "starpo", "agent"]
     _name = "StarPO"
 
-    @_quiet_checkpointing_rename()
+    @quiet_checkpointing_rename()
     def __init__(
         self,
         model,
@@ -215,7 +204,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         """Build the pool's first environment and check it has what the rollout reads."""
         check_environment(self.environment_pool.take(1)[0])
 
-    @_quiet_checkpointing_rename()
+    @quiet_checkpointing_rename()
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
         """Play one episode per task row with the current policy."""
         with (
