@@ -30,6 +30,8 @@ $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 
 # accelerate launch gives each process one CPU thread unless told otherwise.
 train: export OMP_NUM_THREADS ?= $(shell nproc)
+# glibc's growing mmap threshold keeps freed tensor blocks in the heap; a fixed one returns them (docs/quickstart.md).
+train: export MALLOC_MMAP_THRESHOLD_ ?= 1048576
 train: $(STAMP)
 	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no recipes/alfworld.py --config recipes/configs/alfworld.yaml
 

@@ -10,12 +10,11 @@ of a rendered Sokoban grid appended. Three paths are timed, interleaved, after a
 - naive: ``TransformersGenerator``, which re-prefills every row's whole history each turn.
 - cached: ``CachedTransformersGenerator``, which keeps the KV cache across turns.
 
-With ``--train-step``, the peak RSS of one ``StarPOTrainer`` step (LoRA, gradient checkpointing, Sokoban, the same
-number of trajectories, turns and tokens a turn) is measured too, in a subprocess so that the benchmark's own memory
-does not count. Figures are printed and appended to ``RESULTS.md`` beside this file.
+With ``--batch-sizes`` (default 4, 16 and 64), the cached and necessary paths are also timed once at each batch
+size on the same turns, for a table of generated tokens/s. What a training step costs is measured by
+``benchmarks/update.py``.
 
-Usage: ``python benchmarks/rollout.py`` (about 8 minutes on 2 CPU cores; ``--train-step`` adds about 8 more) or
-``--quick`` for a smoke run.
+Usage: ``python benchmarks/rollout.py`` (about 12 minutes on 2 CPU cores) or ``--quick`` for a smoke run.
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ import datetime
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=2, help="Timed runs of each path (the median is reported).")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
     parser.add_argument("--quick", action="store_true", help="A small run (8 rows, 3 turns, 1 repeat) to smoke-test.")
-    parser.add_argument("--train-step", action="store_true", help="Also measure one training step's peak RSS.")
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[4, 16, 64],
+                        help="Batch sizes of the generated-tokens/s table (none: no table).")
     parser.add_argument("--no-record", action="store_true", help=f"Print only; do not append to {RESULTS.name}.")
-    parser.add_argument("--train-step-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.trajectories, args.turns, args.new_tokens, args.observation_tokens, args.repeats = 8, 3, 16, 30, 1
+        args.batch_sizes = [2, 8]
     return args
 
 
@@ -153,48 +151,29 @@ def time_paths(
     return seconds
 
 
-MICRO_BATCH = 2
-
-
-def train_step(workload: Workload) -> None:
-    """Run one LoRA training step of StarPOTrainer on Sokoban and print its peak RSS and duration as JSON.
-
-    The step is one optimizer update over all the trajectories, computed in micro-batches of 2 trajectories
-    (gradient accumulation), which is what bounds the memory of the loss's full-vocabulary logits.
-    """
-    from peft import LoraConfig
-
-    from trl_starpo import StarPOConfig, StarPOTrainer
-
-    start = time.perf_counter()
-    with tempfile.TemporaryDirectory() as output_dir:
-        args = StarPOConfig(
-            output_dir=output_dir,
-            num_generations=4,
-            per_device_train_batch_size=MICRO_BATCH,
-            gradient_accumulation_steps=workload.trajectories // MICRO_BATCH,
-            max_steps=1,
-            max_turns=workload.turns,
-            max_tokens_per_turn=workload.new_tokens,
-            report_to="none",
-            gradient_checkpointing=True,
-            save_strategy="no",
+def batch_size_table(model, tokenizer, prompt, observation, workload: Workload, batch_sizes: list[int]) -> str:
+    """Generated tokens/s of the cached and the necessary path at each batch size (one timed run each)."""
+    lines = [
+        f"Generated tokens/s by batch size ({workload.turns} turns of {workload.new_tokens} tokens, one run each):",
+        "",
+        "| batch | cached tokens/s | necessary tokens/s | cached / necessary (time) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for size in batch_sizes:
+        sized = Workload(size, workload.turns, workload.new_tokens, workload.observation_tokens)
+        runs = path_runs(model, tokenizer, prompt, observation, sized)
+        seconds = {}
+        for path in ("necessary", "cached"):
+            torch.manual_seed(0)
+            start = time.perf_counter()
+            runs[path]()
+            seconds[path] = time.perf_counter() - start
+        print(f"  batch {size}: {json.dumps({k: round(v, 1) for k, v in seconds.items()})}", flush=True)
+        lines.append(
+            f"| {size} | {sized.generated_tokens / seconds['cached']:.1f} "
+            f"| {sized.generated_tokens / seconds['necessary']:.1f} | {seconds['cached'] / seconds['necessary']:.2f} |"
         )
-        lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-        StarPOTrainer(model=resolve_model_path(), environment="sokoban", args=args, peft_config=lora).train()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
-    print(json.dumps({"peak_rss_bytes": peak, "seconds": time.perf_counter() - start}))
-
-
-def measure_train_step(workload: Workload) -> dict[str, float]:
-    """One training step in a fresh interpreter, so that its peak RSS is its own."""
-    command = [sys.executable, __file__, "--train-step-child", "--trajectories", str(workload.trajectories)]
-    command += ["--turns", str(workload.turns), "--new-tokens", str(workload.new_tokens)]
-    command += ["--threads", str(torch.get_num_threads())]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"the training step failed:\n{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return "\n".join(lines)
 
 
 def summarize(seconds: dict[str, list[float]], workload: Workload) -> list[dict]:
@@ -246,9 +225,6 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     workload = Workload(args.trajectories, args.turns, args.new_tokens, args.observation_tokens)
-    if args.train_step_child:
-        train_step(workload)
-        return
     path = resolve_model_path()
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -268,14 +244,8 @@ def main(argv=None) -> None:
         "",
         table(rows),
     ]
-    if args.train_step:
-        step = measure_train_step(workload)
-        report += [
-            "",
-            f"One LoRA training step ({workload.trajectories} trajectories x up to {workload.turns} turns of "
-            f"{workload.new_tokens} tokens, Sokoban, gradient checkpointing, micro-batches of {MICRO_BATCH}): peak RSS "
-            f"{step['peak_rss_bytes'] / 2**30:.2f} GiB, {step['seconds']:.0f} s.",
-        ]
+    if args.batch_sizes:
+        report += ["", batch_size_table(model, tokenizer, prompt, observation, workload, args.batch_sizes)]
     text = "\n".join(report)
     print("\n" + text)
     if not args.no_record:

@@ -19,7 +19,7 @@ import trl.trainer.utils as trl_utils
 
 
 @contextmanager
-def _project_labelled_positions_only():
+def project_labelled_positions_only():
     """Make TRL's fused LM head gather the labelled positions before projecting them, on any device.
 
     TRL decides between "project the labelled positions" and "project every position" with its ``_use_triton`` test
@@ -62,7 +62,7 @@ def scored_logps(
         labels = ids.masked_fill(mask == 0, -100)
         labels[:, :-width] = -100
         labels[:, -width:] = labels[:, -width:].masked_fill(scored[start : start + batch_size] == 0, -100)
-        with autocast(), _project_labelled_positions_only():
+        with autocast(), project_labelled_positions_only():
             outputs = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
         logps.append(outputs.log_probs[:, -width:])
         if compute_entropy:

@@ -188,6 +188,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
 
     from .hub.cards import AgentRecord
     from .evaluation import ModelPolicy
+    from .logprobs import project_labelled_positions_only
     from .sft import ExpertSFTConfig, expert_demonstrations
 
     parser = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig))
@@ -213,7 +214,8 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
     )
-    trainer.train()
+    with project_labelled_positions_only():  # the LM head projects only the demonstrations' generated tokens
+        trainer.train()
     trainer.save_state()  # trainer_state.json: the loss curve
 
     results: dict[str, dict[str, float]] = {}
