@@ -11,13 +11,16 @@ Two workloads, each run in several arms (one fresh process per arm, so each peak
 
 Arms: ``today`` is the path before this benchmark existed (TRL's fused LM head projecting every completion position,
 fp32, gradient checkpointing); ``scored`` projects only the positions the loss reads; then without gradient
-checkpointing and under bf16 autocast. For each arm: the time split (scoring forwards, loss forward, backward,
+checkpointing and under bf16 autocast; ``starpo-s`` is the last with the preset of ``make train`` (a reference
+forward for its KL term, the outlier clip; its thinking critic needs thinking turns, which these have). A last child
+compares the log-probs of the batch under bf16 autocast and in fp32. For each arm: the time split (scoring forwards, loss forward, backward,
 optimizer), tokens/s, peak RSS, and the FLOPs the step must do against the matmul peak measured in the same run.
 
 FLOPs (counted, not measured): a forward over a sequence of L tokens of which S are scored costs
-``2 N L + 2 d L^2 + 2 V d S`` for N parameters in the decoder's linear layers (LoRA's included), model width d (the
-causal attention's QK^T and PV) and vocabulary V (the LM head at the scored positions only). The backward of a LoRA
-step needs the activation gradients only: the same again, plus ``2 d L^2`` for attention's extra products. That
+``2 N L + 2 n d L^2 + 2 V d S`` for N parameters in the decoder's linear layers (LoRA's included), n layers of
+attention width d (the causal attention's QK^T and PV) and vocabulary V (the LM head at the scored positions only).
+The backward of a LoRA step needs the activation gradients only: the same again, plus ``2 n d L^2`` for attention's
+extra products. That
 forward and backward is the work the step *must* do; everything else (the LM head at unscored positions, the forward
 that gradient checkpointing repeats, reference and old-policy forwards, padding) is counted as extra and not credited.
 
@@ -49,15 +52,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from trl_starpo.trajectory import MODEL_SEGMENTS  # noqa: E402
+
 HERE = Path(__file__).parent
 RESULTS = HERE / "RESULTS.md"
 RUNS = HERE / "update_runs"
 
-UPDATE_ARMS = {  # name: (score only the trained positions, gradient checkpointing, micro-batch, bf16)
-    "today": (False, True, 2, False),
-    "scored": (True, True, 2, False),
-    "scored, no checkpointing": (True, False, 2, False),
-    "scored, bf16, no checkpointing, micro-batch 1": (True, False, 1, True),
+UPDATE_ARMS = {  # name: (score only the trained positions, gradient checkpointing, micro-batch, bf16, preset)
+    "today": (False, True, 2, False, None),
+    "scored": (True, True, 2, False, None),
+    "scored, no checkpointing": (True, False, 2, False, None),
+    "scored, bf16, no checkpointing, micro-batch 1": (True, False, 1, True, None),
+    "starpo-s, scored, bf16, no checkpointing, micro-batch 1": (True, False, 1, True, "starpo-s"),
 }
 SFT_ARMS = {
     "today": (False, True, 4, False),
@@ -90,15 +96,27 @@ def linear_parameters(model) -> int:
     )
 
 
-def forward_flops(n_linear: int, width: int, vocab: int, length: int, scored: int) -> float:
-    return 2.0 * n_linear * length + 2.0 * width * length**2 + 2.0 * vocab * width * scored
+def model_counts(model) -> tuple[int, int, int, int]:
+    """``(linear parameters, layers, attention width, vocabulary)`` of a decoder."""
+    config = model.config.get_text_config()
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return linear_parameters(model), config.num_hidden_layers, config.num_attention_heads * head_dim, config.vocab_size
 
 
-def necessary_flops(n_linear, width, vocab, rows: list[tuple[int, int]]) -> float:
+def forward_flops(n_linear: int, layers: int, width: int, vocab: int, length: int, scored: int) -> float:
+    return 2.0 * n_linear * length + 2.0 * layers * width * length**2 + 2.0 * vocab * width * scored
+
+
+def necessary_flops(n_linear, layers, width, vocab, rows: list[tuple[int, int]]) -> float:
     """Forward and activation backward over each ``(length, scored)`` row."""
     return sum(
-        2 * forward_flops(n_linear, width, vocab, length, scored) + 2.0 * width * length**2 for length, scored in rows
+        2 * forward_flops(n_linear, layers, width, vocab, length, scored) + 2.0 * layers * width * length**2
+        for length, scored in rows
     )
+
+
+def trained(trajectory) -> int:
+    return sum(1 for label in trajectory.completion_segments if label in MODEL_SEGMENTS)
 
 
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 8) -> float:
@@ -159,7 +177,7 @@ def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kilobytes on Linux
 
 
-def starpo_config(output_dir: str, quick: bool, micro_batch: int, checkpointing: bool, bf16: bool):
+def starpo_config(output_dir: str, quick: bool, micro_batch: int, checkpointing: bool, bf16: bool, preset=None):
     from trl_starpo import StarPOConfig
 
     trajectories = 4 if quick else 16
@@ -167,7 +185,7 @@ def starpo_config(output_dir: str, quick: bool, micro_batch: int, checkpointing:
         output_dir=output_dir, num_generations=4, per_device_train_batch_size=micro_batch,
         gradient_accumulation_steps=trajectories // micro_batch, max_steps=1, max_turns=2 if quick else 5,
         max_tokens_per_turn=40, report_to="none", gradient_checkpointing=checkpointing, save_strategy="no",
-        bf16=bf16, seed=0, disable_tqdm=True,
+        bf16=bf16, seed=0, disable_tqdm=True, preset=preset,
     )
 
 
@@ -190,8 +208,8 @@ def child_rollout(spec: dict) -> dict:
         trajectories = trainer.collect_trajectories(tasks, [i // 4 for i in range(len(tasks))])
         seconds = time.perf_counter() - start
     Path(spec["batch"]).write_bytes(pickle.dumps(trajectories))
-    generated = sum(sum(1 for s in t.completion_segments if s in (3, 4)) for t in trajectories)
-    return {"seconds": seconds, "trajectories": len(trajectories), "generated_tokens": generated,
+    return {"seconds": seconds, "trajectories": len(trajectories), "peak_rss_gib": peak_rss_gib(),
+            "generated_tokens": sum(trained(t) for t in trajectories),
             "tokens": sum(len(t.token_ids) for t in trajectories)}
 
 
@@ -200,24 +218,25 @@ def child_update(spec: dict) -> dict:
 
     from trl_starpo import StarPOTrainer
 
-    scored, checkpointing, micro_batch, bf16 = UPDATE_ARMS[spec["arm"]]
+    scored, checkpointing, micro_batch, bf16, preset = UPDATE_ARMS[spec["arm"]]
     if not scored:
         score_every_position(StarPOTrainer)
     batch = pickle.loads(Path(spec["batch"]).read_bytes())
     with tempfile.TemporaryDirectory() as output_dir:
-        trainer = starpo_trainer(starpo_config(output_dir, spec["quick"], micro_batch, checkpointing, bf16))
+        trainer = starpo_trainer(starpo_config(output_dir, spec["quick"], micro_batch, checkpointing, bf16, preset))
         trainer.collect_trajectories = lambda tasks, groups: copy.deepcopy(batch)
         timer = PhaseTimer()
         timer.wrap(trainer, "_policy_logps", "scoring forwards")
+        if trainer.thinking_critic is not None or trainer.value_critic is not None:
+            timer.wrap(trainer, "_completion_hidden_states", "critic forward")
         timer.wrap(trainer, "_compute_loss", "loss forward")
         timer.wrap(trainer.accelerator, "backward", "backward")
         trainer.add_callback(optimizer_timer(timer))
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        counts = (linear_parameters(model), model.config.hidden_size, model.config.vocab_size)
-    rows = [(len(t.token_ids), sum(1 for s in t.completion_segments if s in (3, 4))) for t in batch]
+        counts = model_counts(trainer.accelerator.unwrap_model(trainer.model))
+    rows = [(len(t.token_ids), trained(t)) for t in batch]
     return {"seconds": seconds, "split": timer.seconds, "peak_rss_gib": peak_rss_gib(),
             "flops": necessary_flops(*counts, rows), "tokens": sum(length for length, _ in rows),
             "trained_tokens": sum(s for _, s in rows)}
@@ -232,7 +251,7 @@ def sft_config(output_dir: str, micro_batch: int, checkpointing: bool, bf16: boo
         max_tokens_per_turn=64, max_context_length=2048, environment_kwargs={"max_steps": 50},
         per_device_train_batch_size=micro_batch, gradient_accumulation_steps=episodes // micro_batch, max_steps=2,
         learning_rate=1e-3, gradient_checkpointing=checkpointing, bf16=bf16, report_to="none", save_strategy="no",
-        disable_tqdm=True, seed=0,
+        disable_tqdm=True, seed=0, train_sampling_strategy="sequential",  # the timed step trains the second half
     )
 
 
@@ -283,8 +302,7 @@ def child_sft(spec: dict) -> dict:
         trainer.add_callback(optimizer_timer(timer))
         with project_labelled_positions_only() if scored else nullcontext():
             trainer.train()
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        counts = (linear_parameters(model), model.config.hidden_size, model.config.vocab_size)
+        counts = model_counts(trainer.accelerator.unwrap_model(trainer.model))
     last = demonstrations.select(range(spec["episodes"], 2 * spec["episodes"]))  # the timed (second) step's episodes
     rows = [(len(ids), sum(mask)) for ids, mask in zip(last["input_ids"], last["completion_mask"])]
     split = dict(timer.seconds)
@@ -293,12 +311,32 @@ def child_sft(spec: dict) -> dict:
             "trained_tokens": sum(s for _, s in rows)}
 
 
+def child_precision(spec: dict) -> dict:
+    """Per-token log-probs of the batch's model tokens under bf16 autocast against fp32 (same weights, same rows)."""
+    with tempfile.TemporaryDirectory() as output_dir:
+        trainer = starpo_trainer(starpo_config(output_dir, spec["quick"], 2, False, False))
+        inputs = trainer.score_trajectories(pickle.loads(Path(spec["batch"]).read_bytes()), 4, 0)
+    input_ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    mask = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    logps = {}
+    for name, autocast in (("fp32", nullcontext), ("bf16", lambda: torch.autocast("cpu", dtype=torch.bfloat16))):
+        trainer.accelerator.autocast = autocast
+        with torch.no_grad(), trainer._scoring(mask.long()):
+            logps[name], _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, input_ids, attention_mask, inputs["completion_ids"].size(1), batch_size=2)
+    difference = (logps["bf16"] - logps["fp32"])[mask].double()
+    return {"tokens": int(mask.sum()), "mean_abs": difference.abs().mean().item(),
+            "median_abs": difference.abs().median().item(), "p99_abs": difference.abs().quantile(0.99).item(),
+            "max_abs": difference.abs().max().item(), "mean": difference.mean().item()}
+
+
 def child_peak(spec: dict) -> dict:
     return {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
 
 
-CHILDREN = {"rollout": child_rollout, "update": child_update, "demonstrations": child_demonstrations,
-            "sft": child_sft, "peak": child_peak}
+CHILDREN = {"rollout": child_rollout, "update": child_update, "precision": child_precision,
+            "demonstrations": child_demonstrations, "sft": child_sft, "peak": child_peak}
 
 
 def run_child(job: str, spec: dict, threads: int) -> dict:
@@ -359,6 +397,8 @@ def main(argv=None) -> None:
         for arm in UPDATE_ARMS:
             record["update"][arm] = run_child("update", {**spec, "arm": arm}, args.threads)
             print(f"update [{arm}]: {record['update'][arm]}", flush=True)
+        record["precision"] = run_child("precision", spec, args.threads)
+        print(f"bf16 vs fp32 log-probs: {record['precision']}", flush=True)
         if not args.skip_sft:
             sft_spec = {"episodes": 2 if args.quick else 4, "demonstrations": str(Path(scratch, "demonstrations"))}
             run_child("demonstrations", sft_spec, args.threads)
@@ -374,16 +414,20 @@ def main(argv=None) -> None:
     lines = [
         f"### Update at the compute floor, {record['date']}{' (--quick)' if args.quick else ''}",
         "",
-        f"{record['machine']}; {args.threads} threads; the benchmark alone. Matmul peak (2048^3 GEMM, best of the "
+        f"{record['machine']}; {args.threads} threads. Matmul peak (2048^3 GEMM, best of the "
         f"runs before and after): {peaks['fp32']:.0f} GFLOP/s fp32, {peaks['bf16']:.0f} GFLOP/s bf16.",
         "",
         f"StarPO update: {rollout['trajectories']} Sokoban trajectories, {rollout['tokens']} tokens of which "
         f"{record['update']['today']['trained_tokens']} trained; LoRA r 8; one optimizer step. The rollout that "
         f"played them: {rollout['seconds']:.1f} s, {rollout['generated_tokens'] / rollout['seconds']:.1f} generated "
-        "tokens/s.",
+        f"tokens/s, peak RSS {rollout['peak_rss_gib']:.2f} GiB.",
         "",
         *HEADER,
         *(arm_row(name, result, UPDATE_ARMS[name][3], peaks) for name, result in record["update"].items()),
+        "",
+        "Per-token log-probs of the batch's {tokens} model tokens, bf16 autocast minus fp32: mean |difference| "
+        "{mean_abs:.4f}, median {median_abs:.4f}, 99th percentile {p99_abs:.3f}, largest {max_abs:.3f}; mean "
+        "difference {mean:+.5f}.".format(**record["precision"]),
     ]
     if "sft" in record:
         first = next(iter(record["sft"].values()))

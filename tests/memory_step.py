@@ -17,6 +17,7 @@ from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from trl_starpo import StarPOConfig, StarPOTrainer
+from trl_starpo.trajectory import MODEL_SEGMENTS
 
 TURNS, VOCAB = 6, 65536
 
@@ -67,7 +68,7 @@ def main(model_dir: str) -> None:
     print(json.dumps({
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "tokens": sum(len(t.token_ids) for t in batch),
-        "trained_tokens": sum(sum(1 for s in t.completion_segments if s in (3, 4)) for t in batch),
+        "trained_tokens": sum(sum(1 for s in t.completion_segments if s in MODEL_SEGMENTS) for t in batch),
     }))
 
 

@@ -1,5 +1,7 @@
 """Log-probs are scored at the model's own tokens only, with the numbers TRL's full scoring gives there."""
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 import trl.trainer.utils as trl_utils
@@ -47,7 +49,7 @@ def test_the_lm_head_scores_model_tokens_only_and_the_loss_is_unchanged(tmp_path
     trainer.model.zero_grad()
 
     # TRL's own path projects every completion position through the head: the same loss and gradient.
-    monkeypatch.setattr(type(trainer), "_scoring", lambda self, positions: torch.enable_grad())
+    monkeypatch.setattr(type(trainer), "_scoring", lambda self, positions: nullcontext())
     counts.clear()
     full_loss = trainer.compute_loss(trainer.model, inputs)
     assert counts == [inputs["completion_ids"].size(0) * (inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1) - 1)]

@@ -6,7 +6,7 @@ chat-template glue between them, which take no gradient and need no distribution
 GRPOTrainer installs on the policy) already skips positions labelled ``-100``, but only on Triton devices; elsewhere
 it projects every position through the LM head, forward and backward, and builds ``(positions, 32768)`` tiles for
 each. :func:`scored_logps` labels the unscored positions ``-100`` and asks the head to project only the labelled ones
-on every device, so the LM head's work and its tiles follow the tokens that are trained.
+on a CPU too, so the LM head's work and its tiles follow the tokens that are trained.
 """
 
 from __future__ import annotations
@@ -18,23 +18,31 @@ import torch
 import trl.trainer.utils as trl_utils
 
 
+_TRL_COMPACTS = getattr(trl_utils, "_use_triton", None)
+
+
+def _compact_on_cpu_too(device: torch.device) -> bool:
+    return device.type in ("cpu", "mps") or bool(_TRL_COMPACTS(device))
+
+
 @contextmanager
 def project_labelled_positions_only():
-    """Make TRL's fused LM head gather the labelled positions before projecting them, on any device.
+    """Make TRL's fused LM head gather the labelled positions before projecting them on a CPU too.
 
-    TRL decides between "project the labelled positions" and "project every position" with its ``_use_triton`` test
-    (a fixed tile shape avoids recompilation on XLA devices). The numbers are the same either way; only the work
-    differs. Where TRL no longer has that switch, this does nothing and the head scores every position.
+    TRL decides between "project the labelled positions" and "project every position" with its ``_use_triton`` test:
+    compact on Triton devices, every position elsewhere, because on XLA-style devices a data-dependent shape would
+    recompile every batch. On a CPU nothing recompiles, so the labelled positions are gathered there as well; other
+    devices keep TRL's choice. The log-probs are those of the full projection up to float rounding. Where TRL no
+    longer has that switch, this does nothing and the head scores every position.
     """
-    original = getattr(trl_utils, "_use_triton", None)
-    if original is None:
+    if _TRL_COMPACTS is None:
         yield
         return
-    trl_utils._use_triton = lambda device: True
+    trl_utils._use_triton = _compact_on_cpu_too
     try:
         yield
     finally:
-        trl_utils._use_triton = original
+        trl_utils._use_triton = _TRL_COMPACTS
 
 
 def scored_logps(
