@@ -34,6 +34,7 @@ DATA_DIR = Path(__file__).parent / "data"
 SPLIT_SIZES = {"train": 1000, "validation": 200, "test": 200}
 SPLIT_SEED_BASE = {"train": 0, "validation": 1_000_000, "test": 2_000_000}
 _PAYOUT_STREAM = 1
+_EXAMPLE_STREAM = 2
 
 ARM_NAME_PAIRS: tuple[tuple[str, str], ...] = (
     ("Teacher", "Gambler"),
@@ -106,7 +107,6 @@ class BanditEnv(TextEnvironment):
 
     system_prompt = SYSTEM_PROMPT
     action_description = "The name of one arm, or its number (1 or 2)"
-    example_action = "1"  # valid in every task; which arm it pulls is drawn per task
 
     def __init__(
         self,
@@ -127,6 +127,7 @@ class BanditEnv(TextEnvironment):
         self.name_pairs = tuple(tuple(pair) for pair in name_pairs)
         self._arms: list[tuple[str, str]] = []
         self._high_pays = False
+        self._example = ""
         self._done = True
 
     @property
@@ -145,6 +146,8 @@ class BanditEnv(TextEnvironment):
         self._arms = arms[::-1] if task["high_first"] else arms
         payout_rng = np.random.default_rng([int(task["seed"]), _PAYOUT_STREAM])
         self._high_pays = bool(payout_rng.random() < self.high_probability)
+        example_rng = np.random.default_rng([int(task["seed"]), _EXAMPLE_STREAM])
+        self._example = self._arms[int(example_rng.integers(2))][0]
         self._done = False
         return self._prompt(), {"task_id": task["task_id"], "seed": int(task["seed"])}
 
@@ -163,6 +166,15 @@ class BanditEnv(TextEnvironment):
         success = expected[arm] >= max(expected.values())
         info = self.step_info(valid=True, effective=True, success=success, arm=arm)
         return f"You pulled {name} and received a reward of {reward:g}.", reward, True, False, info
+
+    @property
+    def example_action(self) -> str:
+        """The example answer of the format instructions: one of this task's arm names, drawn per task
+        independently of which arm is the better one.
+
+        Some example is needed: without one, SmolLM2 never closes the answer tag. A fixed one is copied: with ``"1"``
+        the model learned to answer ``1`` to every task, whichever arm that was (benchmarks/bandit_runs/)."""
+        return self._example
 
     def admissible_actions(self) -> list[str]:
         """The two arms' names, in the order shown; empty once the episode is over."""
