@@ -5,7 +5,9 @@ RAGEN (arXiv:2504.20073) reports that vanilla StarPO's success climbs and then c
 many seeds of a tiny model on a toy multi-turn task, trained hard enough that vanilla StarPO can collapse, under the
 presets ``starpo``, ``starpo-s`` and ``starpo-s-ragen`` (trl_starpo/presets.py) with every other setting equal, plus
 ``starpo-s+gae``: ``starpo-s`` with the value critic's GAE as its estimator, the advantage the specification writes
-(``reward - value(s)``), so that the preset's choice of the group estimator is measured rather than asserted.
+(``reward - value(s)``), so that the preset's choice of the group estimator is measured rather than asserted, and
+``starpo-s-literal``: ``starpo-s`` with the specification's formulas taken literally (the 2-sigma batch filter and
+``advantage * sigmoid(q)``), with ``starpo-s+outlier`` and ``starpo-s+sigmoid`` taking one of the two each.
 
 Setting (``--setting``; ``SETTINGS`` and the environments below)
     Tasks: ``grid`` (``HintedGridEnv``): a position on a 10 x 10 grid and a target one step away; the observation
@@ -84,6 +86,9 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     "starpo-s+gae": ("starpo-s", {"advantage_estimator": "gae"}),
     # the specification's formulas taken literally: the 2-sigma batch filter and advantage * sigmoid(q)
     "starpo-s-literal": ("starpo-s", {"trajectory_filter": "outlier", "thinking_scale_rule": "multiplicative"}),
+    # each of the two literal formulas alone, to tell which of them the difference comes from
+    "starpo-s+outlier": ("starpo-s", {"trajectory_filter": "outlier"}),
+    "starpo-s+sigmoid": ("starpo-s", {"thinking_scale_rule": "multiplicative"}),
 }
 PRESETS = tuple(ARMS)
 WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
@@ -336,7 +341,7 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
     entries = [e for e in trainer.state.log_history if "loss" in e]
     record = {
         "preset": preset, "seed": seed, "steps": steps, "setting": setting_key(setting, steps),
-        "seconds": round(seconds, 1),
+        "seconds": round(seconds, 1), "commit": git_state()[0],
         "step": [e["step"] for e in entries],
         "series": {name: [e.get(name) for e in entries] for name in SERIES},
         "detections": [{k: d[k] for k in ("step", "detectors", "action")} for d in echo.detections],
@@ -530,6 +535,7 @@ def markdown(setting: str, summary: dict, records: list[dict], meta: dict) -> st
         meta["command"],
         "```",
         "",
+        *runs_by_commit(records, meta["commit"]),
         f"{meta['seeds']} seeds per preset, {meta['steps']} optimizer steps "
         f"({meta['steps'] // config['num_iterations']} rollout batches of {config['batch_size']} episodes) per run; "
         f"setting `{setting_key(setting, meta['steps'])}`.",
@@ -591,6 +597,21 @@ def markdown(setting: str, summary: dict, records: list[dict], meta: dict) -> st
                      f"{v['final']:.2f} | {verdict} | {detection} | {two(v['final_mi'])} |")
     lines += ["", f"![success curves per preset, {setting} task]({outputs(setting)[0].name})", ""]
     return "\n".join(lines)
+
+
+def runs_by_commit(records: list[dict], study_commit: str) -> list[str]:
+    """A line naming the commit each arm's runs came from, when a study reuses runs made on other commits."""
+    arms: dict[str, dict[str, int]] = {}
+    for record in records:
+        commit = record.get("commit", "unknown")[:10]
+        arms.setdefault(commit, {}).setdefault(record["preset"], 0)
+        arms[commit][record["preset"]] += 1
+    if set(arms) <= {study_commit[:10]}:
+        return []
+    parts = [f"`{commit}`: " + ", ".join(f"`{arm}` ({count})" for arm, count in counts.items())
+             for commit, counts in arms.items()]
+    return ["Runs reused from earlier studies (saved runs are kept while the setting is unchanged); the commit each "
+            "arm's runs came from: " + "; ".join(parts) + ".", ""]
 
 
 def write_results(setting: str, block: str) -> None:
