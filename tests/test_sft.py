@@ -110,9 +110,18 @@ def test_expert_sft_config(tmp_path):
         ExpertSFTConfig(output_dir=str(tmp_path), environment_kwargs="{max_steps: 7")
 
 
-def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env, tiny_model_dir, tmp_path):
+def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env, tiny_model_dir, tmp_path,
+                                                                     monkeypatch):
+    import trl_starpo.sft as sft
+    from test_logprobs import projected_rows
+
     from trl_starpo.recipes import run_sft
 
+    demonstrations = []
+    collect = sft.expert_demonstrations
+    monkeypatch.setattr(sft, "expert_demonstrations", lambda *a, **k: demonstrations.append(collect(*a, **k)) or
+                        demonstrations[-1])
+    projected = projected_rows(monkeypatch)
     out = tmp_path / "sft"
     results = run_sft(counter_env, [
         "--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_turns", "4",
@@ -124,6 +133,10 @@ def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env
     losses = [entry["loss"] for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
               if "loss" in entry]
     assert len(losses) == 30 and losses[-1] < 0.5 * losses[0]
+    # the LM head projects the demonstrations' generated tokens only (one batch of all 8 a step), not every position
+    (rows,) = demonstrations
+    generated = sum(sum(mask) for mask in rows["completion_mask"])
+    assert projected == [generated] * 30 and generated < len(rows) * (max(map(len, rows["input_ids"])) - 1) / 4
     assert (out / "model.safetensors").is_file() and not (out / "adapter_config.json").exists()
     agent = json.loads((out / AGENT_FILE).read_text())
     assert agent["environments"] == [counter_env] and agent["rollout"]["max_tokens_per_turn"] == 24
