@@ -134,6 +134,7 @@ class Scale:
     dpo_epochs: int = 2
     temperature: float = 1.0
     save_every: int = 2
+    bf16: bool = True  # autocast in training (SFT, RL, DPO): 2.4x faster a StarPO update here (benchmarks/update.py)
 
     @property
     def episodes_per_update(self) -> int:
@@ -165,7 +166,7 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
     from trl_starpo.recipes import run_sft
 
     what = [environment, model, column.rollout, column.environment_kwargs, column.sft_episodes, column.sft_epochs,
-            column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate]
+            column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate, scale.bf16]
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
     folder = workdir / "sft" / f"{environment}-{key}"
     if (folder / "warm_start.json").is_file():
@@ -178,6 +179,7 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
         "--per_device_train_batch_size", "4", "--learning_rate", str(scale.sft_learning_rate),
         "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
         "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
+        "--bf16", str(scale.bf16).lower(),
         *rollout_flags(column),
     ])
     (folder / "warm_start.json").write_text(json.dumps({"setting": key, "base_model": model}))
@@ -276,7 +278,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         per_device_train_batch_size=scale.micro_batch, gradient_accumulation_steps=episodes // scale.micro_batch,
         max_steps=max(1, column.budget // episodes), learning_rate=scale.learning_rate,
         lr_scheduler_type="constant_with_warmup", warmup_steps=round(warmup * fewest_updates) if warmup < 1 else warmup,
-        temperature=scale.temperature, gradient_checkpointing=column.gradient_checkpointing,
+        temperature=scale.temperature, gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
         save_strategy="steps", save_steps=scale.save_every, save_total_limit=1, logging_steps=1, report_to="none",
         environment_kwargs=column.environment_kwargs, **column.rollout,
     )
@@ -303,7 +305,8 @@ def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
         tasks_per_round=scale.dpo_tasks_per_round, num_generations=scale.num_generations,
         temperature=scale.temperature, beta=scale.dpo_beta, learning_rate=scale.dpo_learning_rate,
         num_train_epochs=scale.dpo_epochs, per_device_train_batch_size=scale.micro_batch, logging_steps=1,
-        report_to="none", gradient_checkpointing=column.gradient_checkpointing, resume_from_checkpoint="true",
+        report_to="none", gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
+        resume_from_checkpoint="true",
         environment_kwargs=column.environment_kwargs, **column.rollout,
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
