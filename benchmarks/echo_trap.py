@@ -341,7 +341,7 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
     entries = [e for e in trainer.state.log_history if "loss" in e]
     record = {
         "preset": preset, "seed": seed, "steps": steps, "setting": setting_key(setting, steps),
-        "seconds": round(seconds, 1), "commit": git_state()[0],
+        "seconds": round(seconds, 1), "commit": git_state()[0], "dirty": bool(git_state()[1]),
         "step": [e["step"] for e in entries],
         "series": {name: [e.get(name) for e in entries] for name in SERIES},
         "detections": [{k: d[k] for k in ("step", "detectors", "action")} for d in echo.detections],
@@ -603,7 +603,7 @@ def runs_by_commit(records: list[dict], study_commit: str) -> list[str]:
     """A line naming the commit each arm's runs came from, when a study reuses runs made on other commits."""
     arms: dict[str, dict[str, int]] = {}
     for record in records:
-        commit = record.get("commit", "unknown")[:10]
+        commit = record.get("commit", "unknown")[:10] + (" with uncommitted changes" if record.get("dirty") else "")
         arms.setdefault(commit, {}).setdefault(record["preset"], 0)
         arms[commit][record["preset"]] += 1
     if set(arms) <= {study_commit[:10]}:

@@ -385,7 +385,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
 def git_state() -> tuple[str, str]:
     """``(commit, dirty)``: HEAD's hash and the first uncommitted paths ('' when clean)."""
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.rstrip("\n")
 
     changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
     return git("rev-parse", "HEAD") or "unknown", ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
