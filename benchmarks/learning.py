@@ -289,7 +289,26 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         trainer._load_from_checkpoint(last)  # finished before its record was written: only the evaluation is left
     else:
         trainer.train(resume_from_checkpoint=last)
-    return trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, progress.curve
+    means = training_means(trainer.state.log_history)
+    return trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, progress.curve, means
+
+
+TRAINING_SERIES = (
+    "frac_reward_zero_std", "rollout/group_return_std", "rollout/action_validity", "rollout/format_error_rate",
+    "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
+    "gigpo/step_group_size",
+)
+
+
+def training_means(log_history: list[dict]) -> dict[str, float]:
+    """The mean over a run's logged updates of the figures that say why it did or did not learn (groups without
+    spread, valid actions, GiGPO's step groups, ...)."""
+    means = {}
+    for name in TRAINING_SERIES:
+        values = [float(entry[name]) for entry in log_history if isinstance(entry.get(name), (int, float))]
+        if values:
+            means[name] = round(sum(values) / len(values), 4)
+    return means
 
 
 def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
@@ -349,6 +368,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     marker.write_text(json.dumps({"setting": key}))
 
     curve: list = []
+    means: dict = {}
     start = None
     if method == "untrained":
         trained, tokenizer = load_model(resolve_model_path(model_name))
@@ -359,7 +379,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         elif method == "dpo":
             trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
         elif method in PRESET_METHODS:
-            trained, tokenizer, curve = train_preset(method, environment, column, scale, seed, start, run_dir)
+            trained, tokenizer, curve, means = train_preset(method, environment, column, scale, seed, start, run_dir)
         else:
             raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
     print(f"[{environment}] {method} seed {seed}: evaluating on {scale.eval_episodes} {column.held_out} tasks",
@@ -369,7 +389,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "model": model_name,
         "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
-        "updates": len(curve), "budget": column.budget, "curve": curve, "column": dataclasses.asdict(column),
+        "updates": len(curve), "budget": column.budget, "curve": curve, "training_means": means,
+        "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty,
         "machine": f"{os.cpu_count()} CPUs ({platform.machine()})", "wall_s": round(time.time() - started),
