@@ -6,7 +6,8 @@ SmolLM2-135M-Instruct on a CPU, one (method, environment, seed) run at a time, e
 table of docs/results.md from the run records it commits.
 
 Protocol (``COLUMNS`` and ``Scale`` below hold every number)
-    Rows: ``untrained`` (the embedded model as it ships), ``sft`` (the warm start), and from that warm start ``ppo``,
+    Rows: ``random`` (uniform over the environment's ``admissible_actions()``, the chance level of the held-out
+    tasks), ``untrained`` (the embedded model as it ships), ``sft`` (the warm start), and from that warm start ``ppo``,
     ``dpo``, ``starpo``, ``starpo-s``, ``starpo-s-ragen`` and ``gigpo`` (the presets of trl_starpo/presets.py; ``dpo``
     is trl_starpo.dpo's online trajectory DPO).
     Warm start: one per environment, shared by every method and seed: the environment's expert plays
@@ -72,8 +73,9 @@ RECORDS = ROOT / "benchmarks" / "learning_runs"
 RESULTS_MD = ROOT / "docs" / "results.md"
 WORKDIR = Path.home() / ".cache" / "trl_starpo" / "learning"
 
-METHODS = ("untrained", "sft", "ppo", "dpo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
+METHODS = ("random", "untrained", "sft", "ppo", "dpo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
 PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
+RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
 
@@ -134,7 +136,7 @@ class Scale:
     dpo_epochs: int = 2
     temperature: float = 1.0
     save_every: int = 2
-    bf16: bool = True  # autocast in training (SFT, RL, DPO): 2.4x faster a StarPO update here (benchmarks/update.py)
+    bf16: bool = True  # autocast in SFT, RL and DPO training (an update: 55.5 s against fp32's 74.5 s, RESULTS.md)
 
     @property
     def episodes_per_update(self) -> int:
@@ -201,11 +203,15 @@ def wilson(successes: int, episodes: int) -> tuple[float, float]:
 
 
 def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
-    """Success of ``model`` on the first ``eval_episodes`` held-out tasks, one episode each."""
+    """Success of ``model`` (the random agent when None) on the first ``eval_episodes`` held-out tasks, one episode
+    each."""
     from trl_starpo import load_tasks
-    from trl_starpo.evaluation import ModelPolicy, evaluate
+    from trl_starpo.evaluation import ModelPolicy, RandomPolicy, evaluate
 
-    policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed)
+    if model is None:
+        policy = RandomPolicy(rollout_settings(column), seed=seed)
+    else:
+        policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed)
     tasks = load_tasks(environment, split=column.held_out)
     result = evaluate(policy, environment, tasks, scale.eval_episodes, environment_kwargs=column.environment_kwargs)
     successes = sum(bool(t.success) for t in result.trajectories)
@@ -370,7 +376,9 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     curve: list = []
     means: dict = {}
     start = None
-    if method == "untrained":
+    if method == "random":
+        trained, tokenizer = None, None
+    elif method == "untrained":
         trained, tokenizer = load_model(resolve_model_path(model_name))
     else:
         start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir)
@@ -491,7 +499,7 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
             continue
         lifted = [
             f"`{method}` (+{percent(cell['success'] - sft['success'])} points)"
-            for method in METHODS[2:]
+            for method in RL_METHODS
             if (cell := table.get((method, environment))) is not None
             and cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]
         ]
