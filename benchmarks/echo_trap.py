@@ -610,8 +610,8 @@ def runs_by_commit(records: list[dict], study_commit: str) -> list[str]:
         return []
     parts = [f"`{commit}`: " + ", ".join(f"`{arm}` ({count})" for arm, count in counts.items())
              for commit, counts in arms.items()]
-    return ["Runs reused from earlier studies (saved runs are kept while the setting is unchanged); the commit each "
-            "arm's runs came from: " + "; ".join(parts) + ".", ""]
+    return ["The runs came from more than one commit (a saved run is reused while the setting is unchanged; each run "
+            "notes the commit when it finished): " + "; ".join(parts) + ".", ""]
 
 
 def write_results(setting: str, block: str) -> None:
