@@ -147,3 +147,18 @@ def test_random_and_expert_baselines(env):
     assert cautious.expert_action() == "Teacher"
     assert cautious.step(cautious.expert_action())[4] == {
         "action_is_valid": True, "action_is_effective": True, "success": True, "arm": "low"}
+
+
+def test_the_example_answer_is_an_arm_of_the_task_drawn_apart_from_the_better_arm(env):
+    """A fixed example (`1`) was copied to every task; the example names one of the task's own arms, per task, and
+    says nothing about which one is better."""
+    tasks = trl_starpo.load_tasks("bandit", "validation")
+    better, first = [], []
+    for task in tasks:
+        env.reset(options={"task": task})
+        assert env.example_action in env.admissible_actions()
+        better.append(env.example_action == env.expert_action())
+        first.append(env.example_action == env.admissible_actions()[0])
+        env.reset(options={"task": task})
+        assert better[-1] == (env.example_action == env.expert_action())  # the same task, the same example
+    assert 0.4 < sum(better) / len(tasks) < 0.6 and 0.4 < sum(first) / len(tasks) < 0.6
