@@ -339,9 +339,10 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
         trainer.train()
         seconds = time.time() - start
     entries = [e for e in trainer.state.log_history if "loss" in e]
+    commit, dirty = git_state()
     record = {
         "preset": preset, "seed": seed, "steps": steps, "setting": setting_key(setting, steps),
-        "seconds": round(seconds, 1), "commit": git_state()[0], "dirty": bool(git_state()[1]),
+        "seconds": round(seconds, 1), "commit": commit, "dirty": bool(dirty),
         "step": [e["step"] for e in entries],
         "series": {name: [e.get(name) for e in entries] for name in SERIES},
         "detections": [{k: d[k] for k in ("step", "detectors", "action")} for d in echo.detections],
