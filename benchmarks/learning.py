@@ -40,6 +40,7 @@ Usage
     python benchmarks/learning.py --env minigrid --method all --seed 0 1 2     # every row, one process per run
     python benchmarks/learning.py --env all --method all --seed 0
     python benchmarks/learning.py --table                                      # the table, from the records
+    python benchmarks/learning.py --table --records benchmarks/learning_runs/archive   # an earlier sitting's, printed
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
 
     On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads
@@ -591,7 +592,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
     parser.add_argument("--threads", type=int,
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
-    parser.add_argument("--table", action="store_true", help="Only regenerate docs/results.md from the records.")
+    parser.add_argument("--table", action="store_true",
+                        help="Only regenerate docs/results.md from the records (with --records: print their table).")
     parser.add_argument("--smoke", action="store_true",
                         help="Tiny budgets (8 turns, 2 episodes an update, 2 held-out episodes), records under "
                              "<workdir>/smoke: the pipeline end to end, not a result.")
@@ -602,7 +604,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     records = args.records or (args.workdir / "smoke" / "records" if args.smoke else RECORDS)
     if args.table:
-        print(regenerate(records))
+        # another folder's records (an earlier sitting's) are printed, not written into docs/results.md
+        print(regenerate(records) if records.resolve() == RECORDS else markdown(load_records(records)))
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env
     methods = list(METHODS) if args.method == ["all"] else args.method

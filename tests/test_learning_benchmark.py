@@ -81,3 +81,16 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     assert f"| `gigpo` | " in block and (tmp_path / "docs" / f"learning_{counter_env}.png").is_file()
     # regenerating from the same records gives the same section
     assert learning.regenerate(records, results) == block
+
+
+def test_the_table_of_another_records_folder_is_printed_not_written(learning, tmp_path, capsys):
+    record = {"method": "sft", "environment": "hotpotqa", "seed": 0, "setting": "abc", "turns": 0, "updates": 0,
+              "commit": "0" * 40, "curve": [],
+              "held_out": {"split": "test", "episodes": 64, "successes": 13, "success": 13 / 64}}
+    (tmp_path / "archive" / "hotpotqa-old").mkdir(parents=True)
+    (tmp_path / "archive" / "hotpotqa-old" / "sft-seed0.json").write_text(json.dumps(record))
+    committed = learning.RESULTS_MD.read_text()
+    learning.main(["--table", "--records", str(tmp_path / "archive")])
+    printed = capsys.readouterr().out
+    assert "| `sft` | — | — | 20 [12–32] (1) | — |" in printed and "| hotpotqa | `sft` | 0 | 13/64 |" in printed
+    assert learning.RESULTS_MD.read_text() == committed
