@@ -90,7 +90,12 @@ def test_the_table_of_another_records_folder_is_printed_not_written(learning, tm
     (tmp_path / "archive" / "hotpotqa-old").mkdir(parents=True)
     (tmp_path / "archive" / "hotpotqa-old" / "sft-seed0.json").write_text(json.dumps(record))
     committed = learning.RESULTS_MD.read_text()
-    learning.main(["--table", "--records", str(tmp_path / "archive")])
+    try:
+        learning.main(["--table", "--records", str(tmp_path / "archive")])
+        written = learning.RESULTS_MD.read_text()
+    finally:
+        if learning.RESULTS_MD.read_text() != committed:  # a regression must not leave the docs overwritten
+            learning.RESULTS_MD.write_text(committed)
     printed = capsys.readouterr().out
     assert "| `sft` | — | — | 20 [12–32] (1) | — |" in printed and "| hotpotqa | `sft` | 0 | 13/64 |" in printed
-    assert learning.RESULTS_MD.read_text() == committed
+    assert written == committed
