@@ -118,6 +118,7 @@ COLUMNS = {
         held_out="test", budget=1024,
         rollout=dict(max_turns=4, max_actions_per_turn=3, max_actions_per_trajectory=12, max_tokens_per_turn=32,
                      max_context_length=1536, enable_thinking=False),
+        sft_episodes=256, sft_epochs=1,  # HotPotQA's lesson: more demonstrations, not more epochs
     ),
 }
 

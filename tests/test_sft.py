@@ -8,7 +8,7 @@ from starpo_testenv import PLAIN_NAME, task_rows
 
 from trl_starpo.rollout.settings import AGENT_FILE, RolloutSettings
 from trl_starpo.rollout.collector import RolloutCollector
-from trl_starpo.sft import ExpertSFTConfig, expert_demonstrations, expert_response
+from trl_starpo.sft import ExpertSFTConfig, expert_demonstrations, expert_plan, expert_response
 
 SETTINGS = RolloutSettings(max_turns=5, max_actions_per_turn=1, max_actions_per_trajectory=5, max_tokens_per_turn=32)
 
@@ -66,6 +66,36 @@ def test_unfinished_episodes_are_left_out_unless_asked_for(counter_env, tiny_tok
     assert demos["task_id"] == ["train-0"]
     everything = expert_demonstrations(counter_env, rows, tiny_tokenizer, short, only_successes=False)
     assert everything["success"] == [True, False, False] and everything["turns"] == [1, 1, 1]
+
+
+def test_a_turn_carries_as_many_expert_actions_as_the_rollouts_allow(counter_env, tiny_tokenizer):
+    one_turn = RolloutSettings(**{**SETTINGS.__dict__, "max_turns": 1, "max_actions_per_turn": 3,
+                                  "max_actions_per_trajectory": 3})
+    demos = expert_demonstrations(counter_env, task_rows("train", 3), tiny_tokenizer, one_turn)
+    # targets 1, 2, 3 from 0: each won in its one turn, the plan stopping where the episode ends
+    assert demos["success"] == [True, True, True] and demos["turns"] == [1, 1, 1]
+    assert trained_text(tiny_tokenizer, demos[0]) == "At 0, target 1.</think><answer>inc</answer>"
+    assert trained_text(tiny_tokenizer, demos[2]) == "At 0, target 3.</think><answer>inc || inc || inc</answer>"
+
+
+def test_the_plan_ahead_leaves_the_environment_as_it_was(counter_env):
+    from trl_starpo.envs import load_environment
+
+    environment = load_environment(counter_env)
+    environment.reset(options={"task": {"start": 1, "target": 4}})
+    assert expert_plan(environment, 5) == ["inc", "inc", "inc"]
+    assert expert_plan(environment, 1) == ["inc"]
+    assert environment.value == 1
+
+
+def test_an_environment_that_cannot_be_copied_plays_one_action_a_turn(counter_env, tiny_tokenizer, monkeypatch):
+    def refuse(self, memo):
+        raise TypeError("cannot pickle '_thread.lock' object")
+
+    monkeypatch.setattr(sys.modules["starpo_testcounter"].CounterEnv, "__deepcopy__", refuse, raising=False)
+    several = RolloutSettings(**{**SETTINGS.__dict__, "max_actions_per_turn": 3})
+    demos = expert_demonstrations(counter_env, task_rows("train", 3), tiny_tokenizer, several)
+    assert demos["success"] == [True, True, True] and demos["turns"] == [1, 2, 3]
 
 
 def test_an_expert_that_raises_loses_only_its_episode(counter_env, tiny_tokenizer, monkeypatch):

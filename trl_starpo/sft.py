@@ -10,6 +10,7 @@ observations and template tokens are not trained on), the pre-tokenized form TRL
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,26 +37,31 @@ def expert_response(action: str, thinking: str | None = None) -> str:
 
 
 class ExpertResponder:
-    """A generation backend that answers each turn with the expert's next action of that trajectory's environment.
+    """A generation backend that answers each turn with the expert's next actions in that trajectory's environment.
 
     It implements the ``GenerationBackend`` protocol of ``trl_starpo.rollout.generation``: ``generate`` returns
     the token ids of :func:`expert_response`, less the opening tag the collector prefills. A turn where the expert
     has no action, or raises, gets an empty response (the collector records a format error and the episode is left
-    out).
+    out). With ``actions_per_turn`` above 1 a turn carries up to that many actions (see :func:`expert_plan`), so the
+    demonstrations use the turns the way the rollouts may.
 
     Args:
         environments: The collector's environments, indexed as its contexts are.
         tokenizer: The policy's tokenizer.
         response_prefix: The collector's prefilled opening tag (``RolloutCollector.response_prefix``).
-        thinking: Thinking text for an action, or ``None`` for answer-only responses.
+        thinking: Thinking text for a turn's first action, or ``None`` for answer-only responses.
+        actions_per_turn: Actions one response may carry (the rollouts' ``max_actions_per_turn``).
+        separator: What joins them (the rollouts' ``action_separator``).
     """
 
     def __init__(self, environments: Sequence[Any], tokenizer, *, response_prefix: str,
-                 thinking: ThinkingFunction | None):
+                 thinking: ThinkingFunction | None, actions_per_turn: int = 1, separator: str = "||"):
         self.environments = environments
         self.tokenizer = tokenizer
         self.response_prefix = response_prefix
         self.thinking = thinking
+        self.actions_per_turn = actions_per_turn
+        self.separator = separator
 
     def reset(self) -> None:
         """Nothing is kept between collections."""
@@ -65,15 +71,15 @@ class ExpertResponder:
         for index in contexts:
             environment = self.environments[index]
             try:
-                action = environment.expert_action()
-                thinking = self.thinking(environment, action) if self.thinking and action is not None else None
+                actions = expert_plan(environment, self.actions_per_turn)
+                thinking = self.thinking(environment, actions[0]) if self.thinking and actions else None
             except Exception as error:  # a failing expert (its planner, say) loses its episode, not the dataset
                 logger.warning("The expert failed on trajectory %d: %r", index, error)
-                action = None
-            if action is None:
+                actions = []
+            if not actions:
                 responses[index] = []
                 continue
-            text = expert_response(action, thinking)
+            text = expert_response(f" {self.separator} ".join(actions), thinking)
             if not text.startswith(self.response_prefix):
                 raise ValueError(f"An expert response must start with the prefilled {self.response_prefix!r}.")
             ids = self.tokenizer(text[len(self.response_prefix):], add_special_tokens=False)["input_ids"]
@@ -84,6 +90,36 @@ class ExpertResponder:
                 )
             responses[index] = ids
         return responses
+
+
+def expert_plan(environment: Any, length: int) -> list[str]:
+    """The expert's next ``length`` actions from the environment's current state (fewer where the episode ends or
+    the expert has no plan), without changing that state.
+
+    The first is ``environment.expert_action()``; the rest are planned on a deep copy of the environment, stepped
+    with the plan so far (on a stochastic environment the plan assumes the copy's draws: a demonstration that goes
+    wrong ends unwon and ``only_successes`` leaves it out). An environment that cannot be copied (one holding a
+    process, a socket or a lock) gets its first action only, as does a plan whose look-ahead raises.
+    """
+    first = environment.expert_action()
+    if first is None:
+        return []
+    plan = [first]
+    if length <= 1:
+        return plan
+    try:
+        shadow = copy.deepcopy(environment)
+        while len(plan) < length:
+            _, _, terminated, truncated, _ = shadow.step(plan[-1])
+            if terminated or truncated:
+                break
+            action = shadow.expert_action()
+            if action is None:
+                break
+            plan.append(action)
+    except Exception as error:  # the look-ahead is an optimisation of the turn, not part of the episode
+        logger.debug("Planning ahead on a copy of %r failed: %r", environment, error)
+    return plan
 
 
 def environment_thinking(environment: Any, action: str) -> str:
@@ -154,7 +190,8 @@ def expert_demonstrations(
             )
     else:
         thinking = None
-    responder = ExpertResponder([], tokenizer, response_prefix=collector.response_prefix, thinking=thinking)
+    responder = ExpertResponder([], tokenizer, response_prefix=collector.response_prefix, thinking=thinking,
+                                actions_per_turn=settings.max_actions_per_turn, separator=settings.action_separator)
     count = len(tasks) if episodes is None else min(int(episodes), len(tasks))
     rows, left_out = [], 0
     try:
