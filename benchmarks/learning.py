@@ -18,7 +18,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
     rate, batch (``tasks_per_update`` tasks x ``num_generations`` episodes per update) and rollout settings; the
-    preset sets the rest. A run stops at the first update that reaches the budget. Learning-rate schedules are
+    preset sets the rest. Each rollout batch serves ``num_iterations`` optimizer steps (``--num-iterations``; 1,
+    on-policy, unless a sitting says otherwise). A run stops at the first update that reaches the budget, after all of
+    that batch's optimizer steps. Learning-rate schedules are
     constant after the preset's warmup, a warmup fraction being of the fewest updates the budget allows (all
     episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x ``num_generations`` episodes
     under the same turn budget.
@@ -133,6 +135,7 @@ class Scale:
     num_generations: int = 4
     micro_batch: int = 2
     learning_rate: float = 3e-4
+    num_iterations: int = 1  # optimizer passes over each rollout batch (GRPOConfig.num_iterations; RL presets only)
     lora_r: int = 16
     sft_learning_rate: float = 1e-3
     dpo_learning_rate: float = 5e-5
@@ -154,7 +157,10 @@ SMOKE = Scale(eval_episodes=2, tasks_per_update=1, num_generations=2, micro_batc
 
 def setting_key(environment: str, column: Column, scale: Scale, model: str) -> str:
     """A short hash of everything a run's result depends on (the method and seed aside)."""
-    blob = json.dumps([environment, dataclasses.asdict(column), dataclasses.asdict(scale), model], sort_keys=True)
+    scale_fields = dataclasses.asdict(scale)
+    if scale_fields["num_iterations"] == 1:
+        del scale_fields["num_iterations"]  # added later: records made before it keep their key
+    blob = json.dumps([environment, dataclasses.asdict(column), scale_fields, model], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
@@ -264,7 +270,8 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
             return self.curve[-1][0] if self.curve else 0
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.turns >= column.budget:
+            # a rollout batch serves num_iterations optimizer steps: the last one gets all of them
+            if self.turns >= column.budget and state.global_step % scale.num_iterations == 0:
                 control.should_training_stop = control.should_save = True
 
         def on_save(self, args, state, control, **kwargs):
@@ -280,17 +287,19 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
             return output
 
     episodes = scale.episodes_per_update
-    fewest_updates = max(1, column.budget // (episodes * column.rollout["max_turns"]))
+    # in optimizer steps: each rollout batch serves num_iterations of them
+    fewest_updates = max(1, column.budget // (episodes * column.rollout["max_turns"])) * scale.num_iterations
     warmup = PRESETS[method].get("warmup_steps", 0.0)
     last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
     progress = Progress(json.loads((Path(last) / PROGRESS_FILE).read_text()) if last else [])
     args = StarPOConfig(
         output_dir=str(run_dir), preset=method, seed=seed, num_generations=scale.num_generations,
         per_device_train_batch_size=scale.micro_batch, gradient_accumulation_steps=episodes // scale.micro_batch,
-        max_steps=max(1, column.budget // episodes), learning_rate=scale.learning_rate,
+        max_steps=max(1, column.budget // episodes) * scale.num_iterations, num_iterations=scale.num_iterations,
+        learning_rate=scale.learning_rate,
         lr_scheduler_type="constant_with_warmup", warmup_steps=round(warmup * fewest_updates) if warmup < 1 else warmup,
         temperature=scale.temperature, gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
-        save_strategy="steps", save_steps=scale.save_every, save_total_limit=1, logging_steps=1, report_to="none",
+        save_strategy="steps", save_steps=scale.save_every * scale.num_iterations, save_total_limit=1, logging_steps=1, report_to="none",
         environment_kwargs=column.environment_kwargs, **column.rollout,
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
@@ -589,6 +598,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", nargs="+", type=int, default=[0])
     parser.add_argument("--budget", type=int, help="Turns per training run (default: the column's).")
     parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
+    parser.add_argument("--num-iterations", type=int, default=Scale.num_iterations,
+                        help="Optimizer passes over each rollout batch in the RL presets (GRPOConfig.num_iterations).")
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
@@ -620,7 +631,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = [(e, m, s) for e in environments for s in args.seed for m in methods]
     if len(runs) == 1:
         environment, method, seed = runs[0]
-        column, scale = COLUMNS[environment], dataclasses.replace(Scale(), eval_episodes=args.eval_episodes)
+        column = COLUMNS[environment]
+        scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, num_iterations=args.num_iterations)
         if args.smoke:
             column, scale = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1), SMOKE
         if args.budget:
@@ -635,7 +647,8 @@ def main(argv: list[str] | None = None) -> None:
     forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
     for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
         forwarded += [flag, str(value)] if value else []
-    forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
+    forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes),
+                                                 "--num-iterations", str(args.num_iterations)]
     failed = []
     for environment, method, seed in runs:
         command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed)]

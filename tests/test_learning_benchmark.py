@@ -99,3 +99,35 @@ def test_the_table_of_another_records_folder_is_printed_not_written(learning, tm
     printed = capsys.readouterr().out
     assert "| `sft` | — | — | 20 [12–32] (1) | — |" in printed and "| hotpotqa | `sft` | 0 | 13/64 |" in printed
     assert written == committed
+
+
+def test_committed_records_keep_their_setting_key(learning):
+    # a Scale field added later with its default must not change the key of the runs recorded before it
+    for path in sorted(learning.RECORDS.glob("*/*.json")):
+        record = json.loads(path.read_text())
+        scale = learning.Scale(**record["scale"])
+        column = learning.Column(**record["column"])
+        assert learning.setting_key(record["environment"], column, scale, record["model"]) == record["setting"], path
+    two = learning.Scale(num_iterations=2)
+    column = learning.COLUMNS["hotpotqa"]
+    assert learning.setting_key("hotpotqa", column, two, "m") != learning.setting_key("hotpotqa", column,
+                                                                                       learning.Scale(), "m")
+
+
+@pytest.mark.slow
+def test_each_rollout_batch_serves_num_iterations_optimizer_steps(learning, counter_env, tiny_model_dir, tmp_path,
+                                                                   monkeypatch):
+    column = learning.Column(
+        held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
+        rollout=dict(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3, max_tokens_per_turn=24,
+                     max_context_length=512, enable_thinking=True),
+    )
+    monkeypatch.setitem(learning.COLUMNS, counter_env, column)
+    scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=2)
+    record = learning.run_one("starpo", counter_env, 0, scale=scale, model=tiny_model_dir, workdir=tmp_path / "work",
+                              records=tmp_path / "records", column=column)
+    state = json.loads(max((tmp_path / "work" / "runs" / counter_env / "starpo-seed0").glob("checkpoint-*/"
+                                                                                              "trainer_state.json"),
+                           key=lambda p: int(p.parent.name.split("-")[1])).read_text())
+    assert record["turns"] >= column.budget > record["curve"][-2][0]
+    assert state["global_step"] == 2 * record["updates"]  # every batch, the last included, got both passes
