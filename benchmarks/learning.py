@@ -126,6 +126,12 @@ COLUMNS = {
 }
 
 
+def native_bf16() -> bool:
+    from trl_starpo.config import cpu_computes_bf16
+
+    return cpu_computes_bf16()
+
+
 @dataclass(frozen=True)
 class Scale:
     """The knobs shared by every column and method."""
@@ -144,7 +150,9 @@ class Scale:
     dpo_epochs: int = 2
     temperature: float = 1.0
     save_every: int = 2
-    bf16: bool = True  # autocast in SFT, RL and DPO training (an update: 55.5 s against fp32's 74.5 s, RESULTS.md)
+    # autocast in SFT, RL and DPO training where the CPU computes bf16 (an update: 55.5 s against fp32's 74.5 s,
+    # RESULTS.md); fp32 where it would be emulated, hundreds of times slower (trl_starpo.config.cpu_computes_bf16)
+    bf16: bool = field(default_factory=native_bf16)
 
     @property
     def episodes_per_update(self) -> int:

@@ -90,3 +90,27 @@ def test_recipes_watch_for_the_echo_trap_unless_told_not_to(tmp_path):
     quiet = tmp_path / "quiet.yaml"
     quiet.write_text((ROOT / "recipes/configs/sokoban.yaml").read_text() + "monitor: rollback\n")
     assert parse_arguments(["--config", str(quiet)])[1].monitor == "rollback"
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["bf16-cpu", "emulating-cpu"])
+def test_the_recipes_bf16_is_kept_only_where_the_cpu_computes_it(native, monkeypatch, caplog):
+    # alfworld.yaml (make train) and alfworld_sft.yaml ask for bf16 autocast, which an AVX2-only CPU emulates at a
+    # few hundredths of fp32's speed: there every config trains in fp32 and says so.
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo import config as config_module
+    from trl_starpo.dpo import TrajectoryDPOConfig
+    from trl_starpo.recipes import EvaluationArguments, parse_arguments
+    from trl_starpo.sft import ExpertSFTConfig
+
+    monkeypatch.setattr(config_module.torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(config_module, "cpu_computes_bf16", lambda: native)
+    _, rl, _ = parse_arguments(["--config", str(ROOT / "recipes/configs/alfworld.yaml")])
+    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+        args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
+    )
+    dpo = TrajectoryDPOConfig(output_dir="unused", bf16=True)
+    assert (rl.bf16, sft.bf16, dpo.bf16) == (native, native, native)
+    assert rl.use_cpu and not rl.fp16
+    warnings = [r for r in caplog.records if "no bfloat16 arithmetic" in r.getMessage()]
+    assert len(warnings) == (0 if native else 3)

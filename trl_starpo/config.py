@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -18,6 +19,8 @@ from .store import DEFAULT_CAPACITY
 SUPPORTED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
 ADVANTAGE_ESTIMATORS = tuple(ESTIMATORS)
 MONITOR_ACTIONS = ("off", "warn", "stop", "rollback")
+
+logger = logging.getLogger(__name__)
 
 _PARENT_FIELDS = {f.name: f for f in fields(GRPOConfig)}
 # Values of the preset-controlled fields when neither the user nor a preset sets them.
@@ -36,15 +39,32 @@ _FALLBACKS = {
 }
 
 
+def cpu_computes_bf16() -> bool:
+    """Whether this CPU does bfloat16 arithmetic in hardware (AVX512-BF16 or AMX, as oneDNN reports it).
+
+    Without it torch emulates bf16: a 2048 x 2048 matmul ran at 0.3 GFLOP/s against fp32's 85 on a 2-core AVX2 EPYC,
+    where a CPU with AMX ran bf16 at about twice its fp32 speed.
+    """
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def apply_cpu_defaults(config) -> None:
     """Make a TRL config usable without an accelerator; called before its ``TrainingArguments.__post_init__``.
 
     Without one, transformers only sets up the process group that ``accelerate launch`` started (several CPU
-    processes over gloo) when ``use_cpu`` is on, and it refuses TRL's default bf16.
+    processes over gloo) when ``use_cpu`` is on, and it refuses TRL's default bf16. ``bf16=True`` (bf16 autocast,
+    which the CPU recipes ask for) is kept only where the CPU computes bf16 in hardware: elsewhere it would make
+    training hundreds of times slower, so it falls back to fp32 with a warning.
     """
     if not torch.accelerator.is_available():
         config.use_cpu = True
         if config.bf16 is None and not config.fp16:
+            config.bf16 = False
+        if config.bf16 and not cpu_computes_bf16():
+            logger.warning(
+                "bf16=True, but this CPU has no bfloat16 arithmetic (no AVX512-BF16 or AMX), where torch emulates it "
+                "hundreds of times slower than fp32: training in fp32 instead."
+            )
             config.bf16 = False
 
 
