@@ -127,6 +127,7 @@ COLUMNS = {
 
 
 def native_bf16() -> bool:
+    """Whether training here may use bf16 autocast (see ``trl_starpo.config.cpu_computes_bf16``)."""
     from trl_starpo.config import cpu_computes_bf16
 
     return cpu_computes_bf16()
@@ -307,7 +308,8 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         learning_rate=scale.learning_rate,
         lr_scheduler_type="constant_with_warmup", warmup_steps=round(warmup * fewest_updates) if warmup < 1 else warmup,
         temperature=scale.temperature, gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
-        save_strategy="steps", save_steps=scale.save_every * scale.num_iterations, save_total_limit=1, logging_steps=1, report_to="none",
+        save_strategy="steps", save_steps=scale.save_every * scale.num_iterations, save_total_limit=1, logging_steps=1,
+        report_to="none",
         environment_kwargs=column.environment_kwargs, **column.rollout,
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
