@@ -127,10 +127,13 @@ COLUMNS = {
 
 
 def native_bf16() -> bool:
-    """Whether training here may use bf16 autocast (see ``trl_starpo.config.cpu_computes_bf16``)."""
+    """Whether training here should use bf16: on an accelerator, or a CPU that computes it
+    (``trl_starpo.config.cpu_computes_bf16``)."""
+    import torch
+
     from trl_starpo.config import cpu_computes_bf16
 
-    return cpu_computes_bf16()
+    return torch.accelerator.is_available() or cpu_computes_bf16()
 
 
 @dataclass(frozen=True)
