@@ -283,7 +283,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
 
         def on_step_end(self, args, state, control, **kwargs):
             # a rollout batch serves num_iterations optimizer steps: the last one gets all of them
-            if self.turns >= column.budget and state.global_step % scale.num_iterations == 0:
+            if self.turns >= column.budget and trainer.batch_finished():
                 control.should_training_stop = control.should_save = True
 
         def on_save(self, args, state, control, **kwargs):
@@ -291,6 +291,12 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
             (folder / PROGRESS_FILE).write_text(json.dumps(self.curve))
 
     class BudgetedTrainer(StarPOTrainer):
+        def batch_finished(self) -> bool:
+            """Whether the next micro-step collects fresh rollouts: the buffered batch has had all its passes, or
+            KL early stopping cut them short (so batches need not start on a multiple of num_iterations steps)."""
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            return self.kl_early_stopping.triggered or (self._step - self._generation_start) % generate_every == 0
+
         def _generate_and_score_completions(self, inputs):
             output = super()._generate_and_score_completions(inputs)
             if self.model.training:
