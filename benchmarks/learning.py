@@ -630,6 +630,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="Tiny budgets (8 turns, 2 episodes an update, 2 held-out episodes), records under "
                              "<workdir>/smoke: the pipeline end to end, not a result.")
     args = parser.parse_args(argv)
+    if args.num_iterations < 1:
+        parser.error(f"--num-iterations must be at least 1, got {args.num_iterations}")
     if args.threads:
         import torch
 
@@ -653,7 +655,8 @@ def main(argv: list[str] | None = None) -> None:
         column = COLUMNS[environment]
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, num_iterations=args.num_iterations)
         if args.smoke:
-            column, scale = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1), SMOKE
+            column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
+            scale = dataclasses.replace(SMOKE, num_iterations=args.num_iterations)
         if args.budget:
             column = dataclasses.replace(column, budget=args.budget)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
@@ -666,8 +669,8 @@ def main(argv: list[str] | None = None) -> None:
     forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
     for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
         forwarded += [flag, str(value)] if value else []
-    forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes),
-                                                 "--num-iterations", str(args.num_iterations)]
+    forwarded += ["--num-iterations", str(args.num_iterations)]
+    forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     failed = []
     for environment, method, seed in runs:
         command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed)]

@@ -45,7 +45,10 @@ def cpu_computes_bf16() -> bool:
     Without it torch emulates bf16: a 2048 x 2048 matmul ran at 0.3 GFLOP/s against fp32's 85 on a 2-core AVX2 EPYC,
     where a CPU with AMX ran bf16 at about twice its fp32 speed.
     """
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch built without oneDNN
+        return False
 
 
 def apply_cpu_defaults(config) -> None:
