@@ -95,7 +95,7 @@ def test_recipes_watch_for_the_echo_trap_unless_told_not_to(tmp_path):
 @pytest.mark.parametrize("native", [True, False], ids=["bf16-cpu", "emulating-cpu"])
 def test_the_recipes_bf16_is_kept_only_where_the_cpu_computes_it(native, monkeypatch, caplog):
     # alfworld.yaml (make train) and alfworld_sft.yaml ask for bf16 autocast, which an AVX2-only CPU emulates at a
-    # few hundredths of fp32's speed: there every config trains in fp32 and says so.
+    # few thousandths of fp32's speed: there every config trains in fp32 and says so.
     from trl import ModelConfig, TrlParser
 
     from trl_starpo import config as config_module
