@@ -155,7 +155,7 @@ class Scale:
     temperature: float = 1.0
     save_every: int = 2
     # autocast in SFT, RL and DPO training where the CPU computes bf16 (an update: 55.5 s against fp32's 74.5 s,
-    # RESULTS.md); fp32 where it would be emulated, hundreds of times slower (trl_starpo.config.cpu_computes_bf16)
+    # RESULTS.md); fp32 where its matmuls would be emulated, far slower (trl_starpo.config.cpu_computes_bf16)
     bf16: bool = field(default_factory=native_bf16)
 
     @property
@@ -282,7 +282,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
             return self.curve[-1][0] if self.curve else 0
 
         def on_step_end(self, args, state, control, **kwargs):
-            # a rollout batch serves num_iterations optimizer steps: the last one gets all of them
+            # a rollout batch serves num_iterations optimizer steps: the last one gets all KL early stopping leaves it
             if self.turns >= column.budget and trainer.batch_finished():
                 control.should_training_stop = control.should_save = True
 
