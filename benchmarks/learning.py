@@ -12,9 +12,10 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     is trl_starpo.dpo's online trajectory DPO).
     Warm start: one per environment, shared by every method and seed: the environment's expert plays
     ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
-    (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged. ALFWorld's expert explains
-    its actions (``expert_thinking``), so its turns are ``<think>…</think><answer>…</answer>``; the other three
-    experts do not, so those columns answer directly (``enable_thinking`` off, and with it StarPO-S's thinking critic).
+    (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged. The ALFWorld and MiniGrid
+    experts explain their actions (``expert_thinking``), so those turns are ``<think>…</think><answer>…</answer>``;
+    the WebShop and HotPotQA experts do not, so those columns answer directly (``enable_thinking`` off, and with it
+    StarPO-S's thinking critic).
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
     rate, batch (``tasks_per_update`` tasks x ``num_generations`` episodes per update) and rollout settings; the
@@ -118,9 +119,11 @@ COLUMNS = {
     ),
     "minigrid": Column(
         held_out="test", budget=1024,
-        rollout=dict(max_turns=4, max_actions_per_turn=3, max_actions_per_trajectory=12, max_tokens_per_turn=32,
-                     max_context_length=1536, enable_thinking=False),
-        # 256 expert episodes x 1 left the warm start near chance (6/64, archive/minigrid-sft256): all 500 of train
+        rollout=dict(max_turns=4, max_actions_per_turn=3, max_actions_per_trajectory=12, max_tokens_per_turn=96,
+                     max_context_length=1536, enable_thinking=True),
+        # 256 expert episodes x 1 left the warm start near chance (6/64, archive/minigrid-sft256), all 500 of train
+        # too when the expert only answered (20/192, answer-only/minigrid); its thinking names the target,
+        # where it lies and the plan to it (starpo_minigrid.thinking)
         sft_episodes=500, sft_epochs=1,
     ),
 }
@@ -155,8 +158,9 @@ class Scale:
     temperature: float = 1.0
     save_every: int = 2
     # autocast in SFT, RL and DPO training where the CPU computes bf16 (an update: 55.5 s against fp32's 74.5 s,
-    # RESULTS.md); fp32 where its matmuls would be emulated, far slower (trl_starpo.config.cpu_computes_bf16)
-    bf16: bool = field(default_factory=native_bf16)
+    # RESULTS.md); fp32 where its matmuls would be emulated, far slower (trl_starpo.config.cpu_computes_bf16).
+    # None: the hardware's answer (native_bf16), asked when a run starts, so that --table never loads torch.
+    bf16: bool | None = None
 
     @property
     def episodes_per_update(self) -> int:
@@ -392,6 +396,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     from trl_starpo.models import DEFAULT_MODEL, resolve_model_path
 
     column = column or COLUMNS[environment]
+    if scale.bf16 is None:
+        scale = dataclasses.replace(scale, bf16=native_bf16())
     model_name = model or DEFAULT_MODEL
     key = setting_key(environment, column, scale, model_name)
     path = record_path(records, environment, method, seed)

@@ -9,9 +9,11 @@ from minigrid.core.world_object import Ball, Door, Goal, Key, Lava, Wall
 from minigrid.minigrid_env import MiniGridEnv
 from starpo_minigrid import ACTIONS, ENV_IDS, MiniGridTextEnv, expert_solution
 from starpo_minigrid.text import object_name, parse_action, relative_position
+from starpo_minigrid.thinking import summarize_plan
 
 import trl_starpo
 from trl_starpo.envs import Environment
+from trl_starpo.sft import expert_plan
 
 SPLITS = ("train", "validation", "test")
 
@@ -281,3 +283,54 @@ def test_a_task_row_names_only_registered_levels_and_imports_nothing(env_id):
     assert "this" not in sys.modules  # gymnasium imports the module part of "module:Level-v0"
     with pytest.raises(ValueError, match="minigrid level"):
         MiniGridTextEnv(env_ids=["this:Foo-v0"])
+
+
+def test_plans_are_summarized_with_repeats_counted():
+    assert summarize_plan(["turn right", "go forward", "go forward", "turn left", "go forward"]) == (
+        "turn right, go forward 2 times, turn left, go forward"
+    )
+    assert summarize_plan(["pick up"]) == "pick up"
+    assert relative_position(1, -2) == "1 step right and 2 steps behind"
+
+
+def test_expert_thinking_names_the_target_where_the_agent_sees_it_and_the_plan_to_it():
+    env, _ = start("StarPOTest/HandBuilt-v0")
+    # The goal is 2 right and 4 forward; the blue ball 3 ahead blocks the straight line, so the planner turns first.
+    assert env.expert_thinking() == (
+        "Next: reach the green goal, 2 steps right and 4 steps forward. "
+        "Plan: turn right, go forward 2 times, turn left, go forward 4 times."
+    )
+    assert (tuple(env.engine.agent_pos), env.engine.agent_dir) == ((3, 5), 3)  # planned on a copy
+    env.step("turn right")  # facing east: the goal is 4 left and 2 forward, outside the 7-wide view
+    assert env.expert_thinking() == (
+        "Next: reach the green goal, not in view. Plan: go forward 2 times, turn left, go forward 4 times."
+    )
+
+
+def test_expert_thinking_agrees_with_the_observation_and_the_turns_actions(splits):
+    """On the first turns of a sample of each level: a target in view is where the observation puts it, and the
+    turn's actions (three at most, as the learning benchmark plays) are the plan's first ones."""
+    env = MiniGridTextEnv()
+    verbs = set()
+    for row in splits["train"].select(range(20)):
+        observation, _ = env.reset(options={"task": dict(row)})
+        for _ in range(3):
+            thinking, plan = env.expert_thinking(), expert_plan(env, 3)
+            target, _, planned = thinking.removeprefix("Next: ").partition(". Plan: ")
+            verbs.add(target.split(" the ")[0])
+            if "," in target and not target.endswith("not in view"):
+                name, position = target.split(" the ", 1)[1].rsplit(", ", 1)
+                if not target.startswith("drop"):
+                    assert f"You see a {name} {position}" in observation or f"You see an {name} {position}" in (
+                        observation), (thinking, observation)
+            steps = [part.rsplit(" ", 2)[0] if part.endswith(" times") else part
+                     for part in planned.removesuffix(".").split(", ")
+                     for _ in range(int(part.rsplit(" ", 2)[1]) if part.endswith(" times") else 1)]
+            assert plan[: len(steps)] == steps[: len(plan)], (thinking, plan)
+            for action in plan:
+                observation, _, terminated, truncated, _ = env.step(action)
+                if terminated or truncated:
+                    break
+            if terminated or truncated:
+                break
+    assert {"reach", "pick up", "open", "go to"} <= verbs

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,7 +104,7 @@ def test_the_table_of_another_records_folder_is_printed_not_written(learning, tm
 
 def test_committed_records_keep_their_setting_key(learning):
     # a Scale field added later with its default must not change the key of the runs recorded before it
-    for path in sorted(learning.RECORDS.glob("*/*.json")):
+    for path in sorted(learning.RECORDS.rglob("*.json")):  # the sittings' folders too
         record = json.loads(path.read_text())
         scale = learning.Scale(**record["scale"])
         column = learning.Column(**record["column"])
@@ -114,20 +115,54 @@ def test_committed_records_keep_their_setting_key(learning):
                                                                                        learning.Scale(), "m")
 
 
-@pytest.mark.slow
-def test_each_rollout_batch_serves_num_iterations_optimizer_steps(learning, counter_env, tiny_model_dir, tmp_path,
-                                                                   monkeypatch):
+def test_the_table_is_made_without_loading_torch():
+    # Scale's bf16 is asked of the hardware when a run starts, not when the script loads
+    probe = (
+        "import runpy, sys; sys.argv = ['learning.py', '--table', '--records', sys.argv[1]]\n"
+        "runpy.run_path(%r, run_name='__main__')\n"
+        "print('loaded torch' if 'torch' in sys.modules else 'no torch')" % str(ROOT / "benchmarks" / "learning.py")
+    )
+    records = ROOT / "benchmarks" / "learning_runs" / "iterations4"
+    done = subprocess.run([sys.executable, "-c", probe, str(records)], capture_output=True, text=True, check=True)
+    assert "| hotpotqa | `starpo-s` | 0 | 30/64 |" in done.stdout
+    assert done.stdout.rstrip().endswith("no torch")
+
+
+def budgeted_run(learning, environment, method, num_iterations, model, tmp_path, monkeypatch):
+    """A 12-turn run of ``method`` on the counter environment; its record and its last checkpoint's trainer state."""
     column = learning.Column(
         held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
         rollout=dict(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3, max_tokens_per_turn=24,
                      max_context_length=512, enable_thinking=True),
     )
-    monkeypatch.setitem(learning.COLUMNS, counter_env, column)
-    scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=2)
-    record = learning.run_one("starpo", counter_env, 0, scale=scale, model=tiny_model_dir, workdir=tmp_path / "work",
+    monkeypatch.setitem(learning.COLUMNS, environment, column)
+    scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=num_iterations)
+    record = learning.run_one(method, environment, 0, scale=scale, model=model, workdir=tmp_path / "work",
                               records=tmp_path / "records", column=column)
-    state = json.loads(max((tmp_path / "work" / "runs" / counter_env / "starpo-seed0").glob("checkpoint-*/"
-                                                                                              "trainer_state.json"),
-                           key=lambda p: int(p.parent.name.split("-")[1])).read_text())
-    assert record["turns"] >= column.budget > record["curve"][-2][0]
+    checkpoints = (tmp_path / "work" / "runs" / environment / f"{method}-seed0").glob("checkpoint-*/trainer_state.json")
+    last = max(checkpoints, key=lambda p: int(p.parent.name.split("-")[1]))
+    assert record["turns"] >= column.budget > record["curve"][-2][0]  # stopped at the first batch over the budget
+    return record, json.loads(last.read_text())
+
+
+@pytest.mark.slow
+def test_each_rollout_batch_serves_num_iterations_optimizer_steps(learning, counter_env, tiny_model_dir, tmp_path,
+                                                                   monkeypatch):
+    record, state = budgeted_run(learning, counter_env, "starpo", 2, tiny_model_dir, tmp_path, monkeypatch)
     assert state["global_step"] == 2 * record["updates"]  # every batch, the last included, got both passes
+
+
+@pytest.mark.slow
+def test_the_budget_stop_waits_for_a_batch_cut_short_by_kl_early_stopping(learning, counter_env, tiny_model_dir,
+                                                                          tmp_path, monkeypatch):
+    from trl_starpo.algorithms.kl_control import KLEarlyStopping
+
+    # every measurement stops the batch (the tiny model's groups have no spread, so its real KL stays 0): each
+    # rollout batch gets one optimizer step of the three num_iterations asks for, and batches start off multiples of 3
+    def always_stop(self, kl):
+        self.triggered = True
+        return True
+
+    monkeypatch.setattr(KLEarlyStopping, "observe", always_stop)
+    record, state = budgeted_run(learning, counter_env, "starpo-s", 3, tiny_model_dir, tmp_path, monkeypatch)
+    assert state["global_step"] == record["updates"]  # one step a batch, and none on a batch beyond the budget

@@ -24,6 +24,7 @@ from trl_starpo.envs import TextEnvironment, load_task_dataset, parse_task_split
 
 from .expert import Expert, expert_for
 from .text import ACTIONS, describe, parse_action
+from .thinking import expert_thinking
 
 __all__ = [
     "ACTIONS",
@@ -186,6 +187,11 @@ class MiniGridTextEnv(TextEnvironment):
             return None
         action = self._expert.action()
         return None if action is None else ACTIONS[action]
+
+    def expert_thinking(self) -> str:
+        """The thinking behind ``expert_action()`` for SFT warm starts: the expert's next target, where it lies if
+        the agent sees it, and the plan to it (``starpo_minigrid.thinking``)."""
+        return expert_thinking(self)
 
     def close(self) -> None:
         """Close the minigrid environments this one created (their render windows, if any)."""
