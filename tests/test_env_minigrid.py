@@ -301,36 +301,47 @@ def test_expert_thinking_names_the_target_where_the_agent_sees_it_and_the_plan_t
         "Plan: turn right, go forward 2 times, turn left, go forward 4 times."
     )
     assert (tuple(env.engine.agent_pos), env.engine.agent_dir) == ((3, 5), 3)  # planned on a copy
-    env.step("turn right")  # facing east: the goal is 4 left and 2 forward, outside the 7-wide view
+    env.step("turn right")  # facing east: the goal is 4 left and 2 forward, outside the 7-wide view: its kind only
     assert env.expert_thinking() == (
-        "Next: reach the green goal, not in view. Plan: go forward 2 times, turn left, go forward 4 times."
+        "Next: reach the goal, not in view. Plan: go forward 2 times, turn left, go forward 4 times."
     )
 
 
 def test_expert_thinking_agrees_with_the_observation_and_the_turns_actions(splits):
-    """On the first turns of a sample of each level: a target in view is where the observation puts it, and the
-    turn's actions (three at most, as the learning benchmark plays) are the plan's first ones."""
+    """On the first turns of a sample of each level: a target in view is named and placed as an observation line
+    names and places it, one out of view by its kind alone, and the turn's actions (three at most, as the learning
+    benchmark plays) are the plan's first ones."""
     env = MiniGridTextEnv()
     verbs = set()
-    for row in splits["train"].select(range(20)):
+    for row in splits["train"].select(range(40)):
         observation, _ = env.reset(options={"task": dict(row)})
         for _ in range(3):
             thinking, plan = env.expert_thinking(), expert_plan(env, 3)
             target, _, planned = thinking.removeprefix("Next: ").partition(". Plan: ")
-            verbs.add(target.split(" the ")[0])
-            if "," in target and not target.endswith("not in view"):
-                name, position = target.split(" the ", 1)[1].rsplit(", ", 1)
-                if not target.startswith("drop"):
-                    assert f"You see a {name} {position}" in observation or f"You see an {name} {position}" in (
-                        observation), (thinking, observation)
+            verb = next(verb for verb in ("reach", "pick up", "open", "go to", "drop", "explore")
+                        if target.startswith(verb))
+            verbs.add(verb)
+            thing = target.removeprefix(verb + " ")
+            if verb == "explore":
+                assert target == "explore"
+            elif thing.endswith(", not in view"):
+                assert thing.removesuffix(", not in view") in ("the goal", "a key", "a ball", "a box", "a door")
+            elif verb == "drop":
+                assert thing.startswith(f"the {object_name(env.engine.carrying).split(' ', 1)[1]}")
+            else:
+                name, position = thing.removeprefix("the ").rsplit(", ", 1)
+                assert {f"You see a {name} {position}", f"You see an {name} {position}"} & set(
+                    observation.splitlines()), (thinking, observation)
             steps = [part.rsplit(" ", 2)[0] if part.endswith(" times") else part
                      for part in planned.removesuffix(".").split(", ")
                      for _ in range(int(part.rsplit(" ", 2)[1]) if part.endswith(" times") else 1)]
-            assert plan[: len(steps)] == steps[: len(plan)], (thinking, plan)
+            assert plan and plan[: len(steps)] == steps[: len(plan)], (thinking, plan)
+            ended = False
             for action in plan:
                 observation, _, terminated, truncated, _ = env.step(action)
-                if terminated or truncated:
+                ended = terminated or truncated
+                if ended:
                     break
-            if terminated or truncated:
+            if ended:
                 break
-    assert {"reach", "pick up", "open", "go to"} <= verbs
+    assert {"reach", "pick up", "open", "go to", "drop"} <= verbs

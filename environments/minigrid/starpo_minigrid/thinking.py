@@ -6,10 +6,12 @@ A demonstration turn of an SFT warm start reads, for instance::
     go forward.</think><answer>go forward || go forward || go forward</answer>
 
 The target is the first thing the expert's plan acts on: the object it picks up, the door it opens, the cell it
-drops its load on, or the goal (or object) whose reaching completes the mission. Its position is given as the
-observation gives positions, relative to the agent, when the agent sees it; a target out of view is named without
-a position, so the thinking never tells what the agent cannot see. The plan is the expert's actions up to the
-target, consecutive repeats counted, which makes the answer's actions a copy of the plan's first ones.
+drops its load on, or the goal (or object) whose reaching completes the mission. A target the agent sees is named
+as the observation names it and placed as the observation places things, relative to the agent; one out of view is
+named by its kind alone ("a key", "the goal") and not placed, so the thinking tells nothing the agent could not
+see (the choice of target and the plan are still the expert's, which sees the whole grid). The plan is the
+expert's actions up to the target, consecutive repeats counted, so a turn's actions are the plan's first ones;
+where the target is closer than a turn's actions reach, the turn goes on toward the next one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ def _the(obj: WorldObj) -> str:
     return re.sub(r"^an? ", "the ", object_name(obj))
 
 
+def _kind(obj: WorldObj) -> str:
+    """An object as named before it is seen: by its kind, without the color or state only a look would tell."""
+    return "the goal" if obj.type == "goal" else f"a {obj.type}"
+
+
 def _where(env: MiniGridTextEnv, position: tuple[int, int]) -> str | None:
     """``position`` relative to the agent as the observation words it, or ``None`` when the agent does not see it."""
     engine = env.engine
@@ -62,8 +69,9 @@ def _where(env: MiniGridTextEnv, position: tuple[int, int]) -> str | None:
 def expert_thinking(env: MiniGridTextEnv) -> str:
     """The thinking behind ``env.expert_action()``: the next target, where it lies, and the plan to it.
 
-    The plan is played on a copy of ``env``, so ``env`` does not change. ``"Next: explore."`` stands for a target
-    more than ``PLAN_LIMIT`` actions away; an expert with no action gets ``"I have no plan."``.
+    The plan is played on a copy of ``env``, so ``env`` does not change. ``"Next: explore."`` stands for a plan that
+    acts on nothing within ``PLAN_LIMIT`` actions (or whose episode ends first); an expert with no action gets
+    ``"I have no plan."``.
     """
     shadow = copy.deepcopy(env)
     actions: list[str] = []
@@ -73,8 +81,9 @@ def expert_thinking(env: MiniGridTextEnv) -> str:
         front = tuple(int(v) for v in engine.front_pos)
         ahead, carried = engine.grid.get(*front), engine.carrying
         actions.append(action)
-        if action in _VERBS and (ahead or carried) is not None:
-            target = (_VERBS[action], ahead if action != "drop" else carried, front)
+        acted_on = carried if action == "drop" else ahead
+        if action in _VERBS and acted_on is not None:
+            target = (_VERBS[action], acted_on, front)
             break
         *_, info = shadow.step(action)
         if info["success"]:
@@ -93,5 +102,8 @@ def expert_thinking(env: MiniGridTextEnv) -> str:
         return f"Next: explore. Plan: {summarize_plan(actions)}."
     verb, obj, position = target
     where = _where(env, position)
-    place = "not in view" if where is None else where
-    return f"Next: {verb} {_the(obj)}, {place}. Plan: {summarize_plan(actions)}."
+    if verb == "drop":  # the position is the cell the load goes to, not the load's
+        goal = f"drop {_the(obj)}" + ("" if where is None else f" on the cell {where}")
+    else:
+        goal = f"{verb} {_kind(obj)}, not in view" if where is None else f"{verb} {_the(obj)}, {where}"
+    return f"Next: {goal}. Plan: {summarize_plan(actions)}."
