@@ -534,7 +534,7 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
     lines = []
     for environment in environments:
         sft = table.get(("sft", environment))
-        if sft is None:
+        if sft is None or not any((method, environment) in table for method in RL_METHODS):
             continue
         lifted = [
             f"`{method}` (+{percent(cell['success'] - sft['success'])} points)"

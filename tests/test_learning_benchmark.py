@@ -30,6 +30,19 @@ def test_wilson_intervals(learning):
     assert learning.wilson(0, 32)[0] == 0.0
 
 
+def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
+    def record(method, environment, successes, seed=0):
+        return {"method": method, "environment": environment, "seed": seed, "setting": "s", "curve": [],
+                "held_out": {"successes": successes, "episodes": 64}, "turns": 0, "updates": 0, "commit": "c"}
+
+    records = [record("sft", "minigrid", 20), record("sft", "hotpotqa", 20), record("starpo-s", "hotpotqa", 45),
+               record("gigpo", "hotpotqa", 25)]
+    verdicts = [line for line in learning.markdown(records).splitlines() if "lifts success" in line]
+    # 45/64 [58-80] against 20/64 [21-43]: lifted; 25/64 overlaps; MiniGrid has no RL run, so no verdict yet
+    assert verdicts == ["- hotpotqa: `starpo-s` (+39 points) lifts success over the SFT start by at least 10 points "
+                        "with non-overlapping intervals."]
+
+
 @pytest.mark.slow
 def test_every_row_resumes_and_the_table_comes_from_the_records(
     learning, counter_env, tiny_model_dir, tmp_path, monkeypatch
