@@ -85,7 +85,7 @@ def expert_thinking(env: MiniGridTextEnv) -> str:
         if action in _VERBS and acted_on is not None:
             target = (_VERBS[action], acted_on, front)
             break
-        *_, info = shadow.step(action)
+        _, _, terminated, truncated, info = shadow.step(action)
         if info["success"]:
             here = engine.grid.get(*engine.agent_pos)
             if here is not None and here.type == "goal":
@@ -94,7 +94,7 @@ def expert_thinking(env: MiniGridTextEnv) -> str:
                 front = tuple(int(v) for v in engine.front_pos)
                 target = ("go to", engine.grid.get(*front), front)
             break
-        if shadow._done:
+        if terminated or truncated:
             break
     if not actions:
         return "I have no plan."
