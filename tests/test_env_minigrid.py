@@ -290,7 +290,6 @@ def test_plans_are_summarized_with_repeats_counted():
         "turn right, go forward 2 times, turn left, go forward"
     )
     assert summarize_plan(["pick up"]) == "pick up"
-    assert relative_position(1, -2) == "1 step right and 2 steps behind"
 
 
 def test_expert_thinking_names_the_target_where_the_agent_sees_it_and_the_plan_to_it():

@@ -34,13 +34,12 @@ def _steps(count: int) -> str:
 
 
 def relative_position(right: int, forward: int) -> str:
-    """Where a cell lies from the agent: ``"2 steps left and 1 step forward"``, ``"3 steps forward"``,
-    ``"1 step right and 2 steps behind"``."""
+    """Where a cell lies from the agent: ``"2 steps left and 1 step forward"``, ``"3 steps forward"``."""
     parts = []
     if right:
         parts.append(f"{_steps(abs(right))} {'right' if right > 0 else 'left'}")
     if forward or not parts:
-        parts.append(f"{_steps(abs(forward))} {'behind' if forward < 0 else 'forward'}")
+        parts.append(f"{_steps(forward)} forward")
     return " and ".join(parts)
 
 
