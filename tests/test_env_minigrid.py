@@ -306,6 +306,29 @@ def test_expert_thinking_names_the_target_where_the_agent_sees_it_and_the_plan_t
     )
 
 
+def test_a_copy_plays_the_running_episode_alone_and_leaves_the_other_levels_out(splits):
+    import copy
+
+    env = MiniGridTextEnv()
+    for task in splits["train"].select(range(3)):  # three levels cached
+        env.reset(options={"task": task})
+    before = env.engine.grid.encode().tobytes(), tuple(env.engine.agent_pos), env.engine.agent_dir
+    expected = expert_solution(MiniGridTextEnv(), splits["train"][2])
+    clone = copy.deepcopy(env)
+    assert list(clone._engines.values()) == [clone.engine] and clone.engine is not env.engine
+    assert clone._expert.env is clone.engine  # the copied expert plans on the copied engine
+    actions = []
+    while (action := clone.expert_action()) is not None:
+        actions.append(action)
+        if clone.step(action)[4]["success"]:
+            break
+    assert actions == expected  # the copy wins the level as the expert does from its start
+    assert (env.engine.grid.encode().tobytes(), tuple(env.engine.agent_pos), env.engine.agent_dir) == before
+    assert env.expert_action() == expected[0] and len(env._engines) == 3
+    clone.reset(options={"task": splits["train"][0]})  # another level: made anew in the copy
+    assert len(clone._engines) == 2
+
+
 def test_expert_thinking_agrees_with_the_observation_and_the_turns_actions(splits):
     """On the first turns of a sample of each level: a target in view is named and placed as an observation line
     names and places it, one out of view by its kind alone, and the turn's actions (three at most, as the learning

@@ -11,6 +11,7 @@ goal-square levels) solves every shipped task; the task splits live in ``data/``
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,6 +193,17 @@ class MiniGridTextEnv(TextEnvironment):
         """The thinking behind ``expert_action()`` for SFT warm starts: the expert's next target, where it lies if
         the agent sees it, and the plan to it (``starpo_minigrid.thinking``)."""
         return expert_thinking(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> MiniGridTextEnv:
+        """A copy of the running episode (the look-ahead of ``expert_thinking`` and ``trl_starpo.sft.expert_plan``):
+        the engines cached for the other levels are left out, as copying all of them cost most of each look-ahead."""
+        clone = copy.copy(self)
+        memo[id(self)] = clone
+        clone._engine = copy.deepcopy(self._engine, memo)
+        clone._expert = copy.deepcopy(self._expert, memo)  # it holds the engine: the memo keeps them one object
+        clone._engines = {env_id: clone._engine for env_id, engine in self._engines.items() if engine is self._engine}
+        clone._seeds = copy.deepcopy(self._seeds, memo)
+        return clone
 
     def close(self) -> None:
         """Close the minigrid environments this one created (their render windows, if any)."""
