@@ -82,6 +82,7 @@ PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
 RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
+THINKING_SCALE_RULES = ("sign_aware", "multiplicative")  # trl_starpo.algorithms.critics', named here: --table loads no torch
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,7 @@ class Scale:
     micro_batch: int = 2
     learning_rate: float = 3e-4
     num_iterations: int = 1  # optimizer passes over each rollout batch (GRPOConfig.num_iterations; RL presets only)
+    thinking_scale_rule: str | None = None  # StarPOConfig.thinking_scale_rule; None: the preset's (RL presets only)
     lora_r: int = 16
     sft_learning_rate: float = 1e-3
     dpo_learning_rate: float = 5e-5
@@ -174,8 +176,9 @@ SMOKE = Scale(eval_episodes=2, tasks_per_update=1, num_generations=2, micro_batc
 def setting_key(environment: str, column: Column, scale: Scale, model: str) -> str:
     """A short hash of everything a run's result depends on (the method and seed aside)."""
     scale_fields = dataclasses.asdict(scale)
-    if scale_fields["num_iterations"] == 1:
-        del scale_fields["num_iterations"]  # added later: records made before it keep their key
+    for name, default in (("num_iterations", 1), ("thinking_scale_rule", None)):
+        if scale_fields[name] == default:
+            del scale_fields[name]  # added later: records made before it keep their key
     blob = json.dumps([environment, dataclasses.asdict(column), scale_fields, model], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
@@ -324,6 +327,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         save_strategy="steps", save_steps=scale.save_every * scale.num_iterations, save_total_limit=1, logging_steps=1,
         report_to="none",
         environment_kwargs=column.environment_kwargs, **column.rollout,
+        **({"thinking_scale_rule": scale.thinking_scale_rule} if scale.thinking_scale_rule else {}),
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
     trainer = BudgetedTrainer(str(start), environment=environment, args=args, callbacks=[progress],
@@ -339,7 +343,8 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
 TRAINING_SERIES = (
     "frac_reward_zero_std", "rollout/group_return_std", "rollout/action_validity", "rollout/format_error_rate",
     "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
-    "gigpo/step_group_size",
+    "gigpo/step_group_size", "critic/thinking_scale", "critic/scale_on_credit", "critic/scale_on_blame",
+    "critic/advantage_shift",
 )
 
 
@@ -370,6 +375,7 @@ def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
         report_to="none", gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
         resume_from_checkpoint="true",
         environment_kwargs=column.environment_kwargs, **column.rollout,
+        **({"thinking_scale_rule": scale.thinking_scale_rule} if scale.thinking_scale_rule else {}),
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
     model, rounds = train_online(model, tokenizer, environment, load_tasks(environment, split="train"), args,
@@ -625,6 +631,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
     parser.add_argument("--num-iterations", type=int, default=Scale.num_iterations,
                         help="Optimizer passes over each rollout batch in the RL presets (GRPOConfig.num_iterations).")
+    parser.add_argument("--thinking-scale-rule", choices=THINKING_SCALE_RULES,
+                        help="How the thinking critic scales advantages in the RL presets (StarPOConfig."
+                             "thinking_scale_rule; default: the preset's). Records of another rule belong in their "
+                             "own --records folder.")
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
@@ -659,10 +669,11 @@ def main(argv: list[str] | None = None) -> None:
     if len(runs) == 1:
         environment, method, seed = runs[0]
         column = COLUMNS[environment]
-        scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, num_iterations=args.num_iterations)
+        chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule)
+        scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
-            scale = dataclasses.replace(SMOKE, num_iterations=args.num_iterations)
+            scale = dataclasses.replace(SMOKE, **chosen)
         if args.budget:
             column = dataclasses.replace(column, budget=args.budget)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
@@ -676,6 +687,7 @@ def main(argv: list[str] | None = None) -> None:
     for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations)]
+    forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     failed = []
     for environment, method, seed in runs:

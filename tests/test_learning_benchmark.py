@@ -122,10 +122,16 @@ def test_committed_records_keep_their_setting_key(learning):
         scale = learning.Scale(**record["scale"])
         column = learning.Column(**record["column"])
         assert learning.setting_key(record["environment"], column, scale, record["model"]) == record["setting"], path
-    two = learning.Scale(num_iterations=2)
     column = learning.COLUMNS["hotpotqa"]
-    assert learning.setting_key("hotpotqa", column, two, "m") != learning.setting_key("hotpotqa", column,
-                                                                                       learning.Scale(), "m")
+    default = learning.setting_key("hotpotqa", column, learning.Scale(), "m")
+    for changed in (learning.Scale(num_iterations=2), learning.Scale(thinking_scale_rule="multiplicative")):
+        assert learning.setting_key("hotpotqa", column, changed, "m") != default
+
+
+def test_the_thinking_scale_rules_offered_are_the_critics(learning):
+    from trl_starpo.algorithms.critics import THINKING_SCALE_RULES
+
+    assert learning.THINKING_SCALE_RULES == THINKING_SCALE_RULES
 
 
 def test_the_table_is_made_without_loading_torch():
@@ -141,7 +147,7 @@ def test_the_table_is_made_without_loading_torch():
     assert done.stdout.rstrip().endswith("no torch")
 
 
-def budgeted_run(learning, environment, method, num_iterations, model, tmp_path, monkeypatch):
+def budgeted_run(learning, environment, method, num_iterations, model, tmp_path, monkeypatch, **scale_fields):
     """A 12-turn run of ``method`` on the counter environment; its record and its last checkpoint's trainer state."""
     column = learning.Column(
         held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
@@ -149,7 +155,7 @@ def budgeted_run(learning, environment, method, num_iterations, model, tmp_path,
                      max_context_length=512, enable_thinking=True),
     )
     monkeypatch.setitem(learning.COLUMNS, environment, column)
-    scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=num_iterations)
+    scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=num_iterations, **scale_fields)
     record = learning.run_one(method, environment, 0, scale=scale, model=model, workdir=tmp_path / "work",
                               records=tmp_path / "records", column=column)
     checkpoints = (tmp_path / "work" / "runs" / environment / f"{method}-seed0").glob("checkpoint-*/trainer_state.json")
@@ -179,3 +185,22 @@ def test_the_budget_stop_waits_for_a_batch_cut_short_by_kl_early_stopping(learni
     monkeypatch.setattr(KLEarlyStopping, "observe", always_stop)
     record, state = budgeted_run(learning, counter_env, "starpo-s", 3, tiny_model_dir, tmp_path, monkeypatch)
     assert state["global_step"] == record["updates"]  # one step a batch, and none on a batch beyond the budget
+
+
+@pytest.mark.slow
+def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning, counter_env, tiny_model_dir,
+                                                                      tmp_path, monkeypatch):
+    import trl_starpo.trainer
+
+    applied = []
+    real = trl_starpo.trainer.scale_by_thinking
+
+    def spy(advantages, scales, rule):
+        applied.append(rule)
+        return real(advantages, scales, rule)
+
+    monkeypatch.setattr(trl_starpo.trainer, "scale_by_thinking", spy)
+    record, _ = budgeted_run(learning, counter_env, "starpo-s", 1, tiny_model_dir, tmp_path, monkeypatch,
+                             thinking_scale_rule="multiplicative")
+    assert applied and set(applied) == {"multiplicative"}  # the preset's sign_aware is overridden
+    assert record["scale"]["thinking_scale_rule"] == "multiplicative"

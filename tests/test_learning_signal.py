@@ -2,6 +2,7 @@
 scaling and the outlier filter on sparse rewards (issue 12, points 2-5)."""
 
 import logging
+import math
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from conftest import CounterEnv
 from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.algorithms.critics import scale_by_thinking
+from trl_starpo.algorithms.critics import scale_by_thinking, thinking_scale_metrics
 from trl_starpo.algorithms.filtering import outlier_clip_weights, trajectory_filter_weights
 from trl_starpo.config import SUPPORTED_LOSS_TYPES
 
@@ -147,6 +148,25 @@ def test_sign_aware_thinking_scale_never_shrinks_blame():
     # good thinking (s -> 1) leaves the advantage as it was, under both rules
     ones = torch.ones(4)
     assert torch.equal(scale_by_thinking(advantages, ones, "sign_aware"), advantages)
+
+
+def test_the_thinking_scale_metrics_show_the_net_push_each_rule_adds():
+    # two trajectories of three tokens; the last token of the second is the environment's (masked out)
+    advantages = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    scales = torch.tensor([[0.5, 0.5, 1.0], [0.25, 0.25, 0.9]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+
+    sign_aware = thinking_scale_metrics(advantages, scale_by_thinking(advantages, scales, "sign_aware"), scales, mask)
+    assert sign_aware["critic/scale_on_credit"] == pytest.approx(2 / 3)
+    assert sign_aware["critic/scale_on_blame"] == pytest.approx(0.25)
+    # credit -0.5, -0.5, 0; blame -0.75, -0.75: five tokens
+    assert sign_aware["critic/advantage_shift"] == pytest.approx(-2.5 / 5)
+
+    literal = thinking_scale_metrics(advantages, scale_by_thinking(advantages, scales, "multiplicative"), scales, mask)
+    assert literal["critic/advantage_shift"] == pytest.approx((-0.5 - 0.5 + 0 + 0.75 + 0.75) / 5)
+    nothing_to_blame = thinking_scale_metrics(advantages[:1], advantages[:1], scales[:1], mask[:1])
+    assert math.isnan(nothing_to_blame["critic/scale_on_blame"])
+    assert nothing_to_blame["critic/advantage_shift"] == 0.0
 
 
 @pytest.mark.parametrize("successes, literal_kept", [(1, 0), (2, 0), (3, 0), (4, 4)])

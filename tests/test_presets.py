@@ -165,6 +165,7 @@ def test_a_short_run_with_each_preset_on_sokoban(tmp_path, tiny_model_dir, prese
         assert "critic/value_loss" in first and "critic/explained_variance" in first
     if preset == "starpo-s":
         assert 0 < first["critic/thinking_scale"] < 1
+        assert "critic/advantage_shift" in first and "critic/scale_on_credit" in first
         assert all(t.turns[0].thinking_score is not None for t in trainer.last_trajectories)
 
 

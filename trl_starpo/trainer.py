@@ -28,6 +28,7 @@ from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS, AdvantageBatch
 from .algorithms.critics import (
     ThinkingCritic,
     scale_by_thinking,
+    thinking_scale_metrics,
     ValueCritic,
     explained_variance,
     load_critics,
@@ -310,7 +311,10 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         )
         if self.thinking_critic is not None:
             scales = self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
-            advantages = scale_by_thinking(advantages, scales, self.args.thinking_scale_rule)
+            scaled = scale_by_thinking(advantages, scales, self.args.thinking_scale_rule)
+            for name, value in thinking_scale_metrics(advantages, scaled, scales, model_mask).items():
+                self._metrics[mode][name].append(value)
+            advantages = scaled
 
         # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing; a weight
         # between 0 and 1 scales a kept trajectory's advantages.

@@ -201,6 +201,29 @@ def scale_by_thinking(advantages: torch.Tensor, scales: torch.Tensor, rule: str 
     raise ValueError(f"Unknown thinking scale rule {rule!r}; choose one of {THINKING_SCALE_RULES}.")
 
 
+def thinking_scale_metrics(
+    advantages: torch.Tensor, scaled: torch.Tensor, scales: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """What the thinking scale did to a batch's advantages, over the tokens of ``mask``:
+
+    - ``critic/scale_on_credit`` and ``critic/scale_on_blame``: the mean scale on tokens with positive and with
+      negative advantages (a critic that tells success from failure scales the two apart);
+    - ``critic/advantage_shift``: the mean of ``scaled - advantages``, the net push the rule adds to a batch whose
+      advantages were centred (negative: more blame than credit, which pushes the sampled tokens down overall).
+    """
+    on = mask.bool()
+    credit, blame = on & (advantages > 0), on & (advantages < 0)
+
+    def mean(values, where):
+        return values[where].mean().item() if where.any() else float("nan")
+
+    return {
+        "critic/scale_on_credit": mean(scales, credit),
+        "critic/scale_on_blame": mean(scales, blame),
+        "critic/advantage_shift": mean(scaled - advantages, on),
+    }
+
+
 def pooled_thinking_states(hidden: torch.Tensor, trajectory: Trajectory, completion_start: int) -> torch.Tensor:
     """Mean hidden state over each turn's thinking tokens: ``(num_turns, H)`` from one row of ``(T, H)`` states,
     where ``hidden[j]`` is the state at completion token ``j`` (``completion_start`` is the trajectory's
