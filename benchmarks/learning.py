@@ -375,7 +375,6 @@ def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
         report_to="none", gradient_checkpointing=column.gradient_checkpointing, bf16=scale.bf16,
         resume_from_checkpoint="true",
         environment_kwargs=column.environment_kwargs, **column.rollout,
-        **({"thinking_scale_rule": scale.thinking_scale_rule} if scale.thinking_scale_rule else {}),
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
     model, rounds = train_online(model, tokenizer, environment, load_tasks(environment, split="train"), args,
