@@ -82,7 +82,7 @@ PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
 RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
-THINKING_SCALE_RULES = ("sign_aware", "multiplicative")  # trl_starpo.algorithms.critics', named here: --table loads no torch
+THINKING_SCALE_RULES = ("sign_aware", "multiplicative", "relative")  # trl_starpo.algorithms.critics', named here: --table loads no torch
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from conftest import CounterEnv
 from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.algorithms.critics import scale_by_thinking, thinking_scale_metrics
+from trl_starpo.algorithms.critics import relative_to_batch, scale_by_thinking, thinking_scale_metrics
 from trl_starpo.algorithms.filtering import outlier_clip_weights, trajectory_filter_weights
 from trl_starpo.config import SUPPORTED_LOSS_TYPES
 
@@ -167,6 +167,24 @@ def test_the_thinking_scale_metrics_show_the_net_push_each_rule_adds():
     nothing_to_blame = thinking_scale_metrics(advantages[:1], advantages[:1], scales[:1], mask[:1])
     assert math.isnan(nothing_to_blame["critic/scale_on_blame"])
     assert nothing_to_blame["critic/advantage_shift"] == 0.0
+
+
+def test_relative_scales_undo_a_critic_that_learnt_only_its_base_rate():
+    # MiniGrid's case: the critic scores every turn near its labels' base rate, on credit and blame alike
+    advantages = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    turn_scales = torch.tensor([0.35, 0.35, 0.35, 0.175])  # one failing turn judged half as good as the rest
+    mask = torch.ones(2, 2)
+
+    raw = scale_by_thinking(advantages, turn_scales.view(2, 2), "sign_aware")
+    assert thinking_scale_metrics(advantages, raw, turn_scales.view(2, 2), mask)["critic/advantage_shift"] == (
+        pytest.approx((2 * -0.65 + -0.65 + -0.825) / 4)  # every token pushed down: credit x0.35, blame x1.65
+    )
+    relative = relative_to_batch(turn_scales, turn_scales.mean().item())  # batch mean 0.30625
+    assert relative.tolist() == pytest.approx([1.0, 1.0, 1.0, 0.175 / 0.30625])
+    scaled = scale_by_thinking(advantages, relative.view(2, 2), "relative")
+    assert scaled[0].tolist() == [1.0, 1.0]  # judged as well as the batch: credit kept
+    assert scaled[1].tolist() == pytest.approx([-1.0, -(2 - 0.175 / 0.30625)])  # only the worse turn gains blame
+    assert relative_to_batch(torch.tensor([0.2, 0.2]), 0.2).tolist() == [1.0, 1.0]  # an even batch is untouched
 
 
 @pytest.mark.parametrize("successes, literal_kept", [(1, 0), (2, 0), (3, 0), (4, 4)])

@@ -109,13 +109,15 @@ def test_gae_advantages_come_from_the_value_critic(tmp_path, tiny_model_dir, est
     assert len(trainer._metrics["train"]["critic/value_loss"]) == 1
 
 
-@pytest.mark.parametrize("rule", ["sign_aware", "multiplicative"])
+@pytest.mark.parametrize("rule", ["sign_aware", "multiplicative", "relative"])
 def test_thinking_critic_scales_each_turns_advantages(tmp_path, tiny_model_dir, rule):
     args = make_args(tmp_path, thinking_critic=True, thinking_scale_rule=rule)
     trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(1))
     scripted(trainer, SCRIPT)
     inputs = scored(trainer)
     base = torch.tensor([0.866, -0.866, 0.866, -0.866])  # group-relative advantages of returns 1, 0, 1, 0
+    raw = [torch.sigmoid(torch.tensor(turn.thinking_score)) for t in trainer.last_trajectories for turn in t.turns]
+    batch_mean = torch.stack(raw).mean()  # 4 first turns at sigmoid(0), 6 later ones at sigmoid(-2): 0.2715
     for row, trajectory in enumerate(trainer.last_trajectories):
         for turn in trajectory.turns:
             # "go" then "inc"/"dec": thinking present, not repeated... except from the second turn on, and the
@@ -123,7 +125,9 @@ def test_thinking_critic_scales_each_turns_advantages(tmp_path, tiny_model_dir, 
             assert turn.thinking_score is not None
             start, end = turn.response_start - trajectory.prompt_length, turn.response_end - trajectory.prompt_length
             scale = torch.sigmoid(torch.tensor(turn.thinking_score))
-            if rule == "sign_aware" and base[row] < 0:
+            if rule == "relative":
+                scale = min(scale / batch_mean, torch.tensor(1.0))  # first turns 1, later ones 0.1192 / 0.2715
+            if rule in ("sign_aware", "relative") and base[row] < 0:
                 scale = 2 - scale  # blame grows as the thinking gets worse
             expected = base[row] * scale
             assert torch.allclose(inputs["advantages"][row, start:end], expected, atol=2e-3)

@@ -27,6 +27,7 @@ from .algorithms.advantages import group_relative_advantages, token_advantages
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS, AdvantageBatch, EstimatorSettings
 from .algorithms.critics import (
     ThinkingCritic,
+    relative_to_batch,
     scale_by_thinking,
     thinking_scale_metrics,
     ValueCritic,
@@ -416,13 +417,19 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         label = torch.where(difference.abs() > 1e-6, (difference > 0).float(), torch.full_like(difference, float("nan")))
         labels = torch.cat([label[row].repeat(len(t.turns)) for row, t in enumerate(trajectories)])
 
+        turn_scales = torch.sigmoid(scores)
+        if self.args.thinking_scale_rule == "relative":
+            total = self.accelerator.reduce(
+                torch.stack([turn_scales.sum(), torch.tensor(float(turn_scales.numel()), device=scores.device)]),
+                reduction="sum",
+            )
+            turn_scales = relative_to_batch(turn_scales, (total[0] / total[1].clamp(min=1)).item())
         per_turn, start = [], 0
         for trajectory in trajectories:
             count = len(trajectory.turns)
-            row_scores = scores[start : start + count]
-            for turn, score in zip(trajectory.turns, row_scores.tolist()):
+            for turn, score in zip(trajectory.turns, scores[start : start + count].tolist()):
                 turn.thinking_score = score
-            per_turn.append(torch.sigmoid(row_scores))
+            per_turn.append(turn_scales[start : start + count])
             start += count
         padded, _ = turn_tensors.per_turn_tensor(trajectories, per_turn, like=hidden)
         length = hidden.size(1) - 1
