@@ -203,8 +203,8 @@ class StarPOConfig(GRPOConfig):
         metadata={
             "help": f"How the thinking critic's scale s applies, one of {THINKING_SCALE_RULES}: 'sign_aware' gives "
             "A * s to positive advantages and A * (2 - s) to negative ones (poor thinking shrinks credit and never "
-            "shrinks blame); 'multiplicative' is the specification's A * s on both; 'relative' is 'sign_aware' with s taken "
-            "over the batch's mean scale, capped at 1. Default: the preset's, else 'sign_aware'."
+            "shrinks blame); 'multiplicative' is the specification's A * s on both; 'relative' is 'sign_aware' with s "
+            "taken over the batch's mean scale, capped at 1. Default: the preset's, else 'sign_aware'."
         },
     )
     kl_early_stop: float | None = field(

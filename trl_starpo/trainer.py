@@ -419,11 +419,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
 
         turn_scales = torch.sigmoid(scores)
         if self.args.thinking_scale_rule == "relative":
-            total = self.accelerator.reduce(
-                torch.stack([turn_scales.sum(), torch.tensor(float(turn_scales.numel()), device=scores.device)]),
-                reduction="sum",
-            )
-            turn_scales = relative_to_batch(turn_scales, (total[0] / total[1].clamp(min=1)).item())
+            summed = torch.tensor([turn_scales.sum().item(), float(turn_scales.numel())], device=scores.device)
+            total, count = self.accelerator.reduce(summed, reduction="sum").tolist()
+            turn_scales = relative_to_batch(turn_scales, total / max(count, 1.0))
         per_turn, start = [], 0
         for trajectory in trajectories:
             count = len(trajectory.turns)
