@@ -82,7 +82,8 @@ PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
 RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
-THINKING_SCALE_RULES = ("sign_aware", "multiplicative", "relative")  # trl_starpo.algorithms.critics', named here: --table loads no torch
+# trl_starpo.algorithms.critics' rules, named here because --table loads no torch (a test keeps the two equal)
+THINKING_SCALE_RULES = ("sign_aware", "multiplicative", "relative")
 
 
 @dataclass(frozen=True)
