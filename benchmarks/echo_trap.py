@@ -89,6 +89,8 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     # each of the two literal formulas alone, to tell which of them the difference comes from
     "starpo-s+outlier": ("starpo-s", {"trajectory_filter": "outlier"}),
     "starpo-s+sigmoid": ("starpo-s", {"thinking_scale_rule": "multiplicative"}),
+    # the thinking scale taken relative to its batch (the repair for a critic that settles at its labels' base rate)
+    "starpo-s+relative": ("starpo-s", {"thinking_scale_rule": "relative"}),
 }
 PRESETS = tuple(ARMS)
 WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
