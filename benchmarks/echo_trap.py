@@ -7,7 +7,8 @@ presets ``starpo``, ``starpo-s`` and ``starpo-s-ragen`` (trl_starpo/presets.py) 
 ``starpo-s+gae``: ``starpo-s`` with the value critic's GAE as its estimator, the advantage the specification writes
 (``reward - value(s)``), so that the preset's choice of the group estimator is measured rather than asserted, and
 ``starpo-s-literal``: ``starpo-s`` with the specification's formulas taken literally (the 2-sigma batch filter and
-``advantage * sigmoid(q)``), with ``starpo-s+outlier`` and ``starpo-s+sigmoid`` taking one of the two each.
+``advantage * sigmoid(q)``), with ``starpo-s+outlier`` and ``starpo-s+sigmoid`` taking one of the two each, and
+``starpo-s+relative``: the thinking scale taken relative to its batch (``thinking_scale_rule="relative"``).
 
 Setting (``--setting``; ``SETTINGS`` and the environments below)
     Tasks: ``grid`` (``HintedGridEnv``): a position on a 10 x 10 grid and a target one step away; the observation
@@ -38,7 +39,7 @@ Collapse (defined before any run was made, and not changed after)
     Peak, final and initial success are ``P``, ``m_B`` and ``m_5`` (the first 5 batches).
 
 Usage
-    python benchmarks/echo_trap.py --setting grid          # a recorded study: 4 arms x 10 seeds
+    python benchmarks/echo_trap.py --setting grid          # a recorded study: 8 arms x 10 seeds
     python benchmarks/echo_trap.py --setting counter       # the other one
     python benchmarks/echo_trap.py --seeds 1 --steps 10 --no-record   # a smoke run
     python benchmarks/echo_trap.py --setting grid --analyse-only      # table, plot and results.md from saved runs
