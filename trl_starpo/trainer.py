@@ -420,8 +420,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         turn_scales = torch.sigmoid(scores)
         if self.args.thinking_scale_rule == "relative":
             summed = torch.tensor([turn_scales.sum().item(), float(turn_scales.numel())], device=scores.device)
-            total, count = self.accelerator.reduce(summed, reduction="sum").tolist()
-            turn_scales = relative_to_batch(turn_scales, total / max(count, 1.0))
+            total, scored_turns = self.accelerator.reduce(summed, reduction="sum").tolist()
+            turn_scales = relative_to_batch(turn_scales, total / max(scored_turns, 1.0))
         per_turn, start = [], 0
         for trajectory in trajectories:
             count = len(trajectory.turns)
