@@ -6,9 +6,10 @@ many seeds of a tiny model on a toy multi-turn task, trained hard enough that va
 presets ``starpo``, ``starpo-s`` and ``starpo-s-ragen`` (trl_starpo/presets.py) with every other setting equal, plus
 ``starpo-s+gae``: ``starpo-s`` with the value critic's GAE as its estimator, the advantage the specification writes
 (``reward - value(s)``), so that the preset's choice of the group estimator is measured rather than asserted, and
-``starpo-s-literal``: ``starpo-s`` with the specification's formulas taken literally (the 2-sigma batch filter and
-``advantage * sigmoid(q)``), with ``starpo-s+outlier`` and ``starpo-s+sigmoid`` taking one of the two each, and
-``starpo-s+relative``: the thinking scale taken relative to its batch (``thinking_scale_rule="relative"``).
+``starpo-s-literal``: ``starpo-s`` with the specification's 2-sigma batch filter taken literally (its other literal
+formula, ``advantage * sigmoid(q)``, is the preset's own thinking scale since 2026-12-03), and the preset under its
+two other thinking-scale rules: ``starpo-s+sign_aware`` (its rule until 2026-12-03) and ``starpo-s+relative`` (the
+scale taken relative to its batch).
 
 Setting (``--setting``; ``SETTINGS`` and the environments below)
     Tasks: ``grid`` (``HintedGridEnv``): a position on a 10 x 10 grid and a target one step away; the observation
@@ -39,7 +40,7 @@ Collapse (defined before any run was made, and not changed after)
     Peak, final and initial success are ``P``, ``m_B`` and ``m_5`` (the first 5 batches).
 
 Usage
-    python benchmarks/echo_trap.py --setting grid          # a recorded study: 8 arms x 10 seeds
+    python benchmarks/echo_trap.py --setting grid          # a recorded study: 7 arms x 10 seeds
     python benchmarks/echo_trap.py --setting counter       # the other one
     python benchmarks/echo_trap.py --seeds 1 --steps 10 --no-record   # a smoke run
     python benchmarks/echo_trap.py --setting grid --analyse-only      # table, plot and results.md from saved runs
@@ -85,12 +86,10 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     "starpo-s-ragen": ("starpo-s-ragen", {}),
     # the specification's StarPO-S writes its advantage as reward - value(s) with GAE: the same preset on that estimator
     "starpo-s+gae": ("starpo-s", {"advantage_estimator": "gae"}),
-    # the specification's formulas taken literally: the 2-sigma batch filter and advantage * sigmoid(q)
-    "starpo-s-literal": ("starpo-s", {"trajectory_filter": "outlier", "thinking_scale_rule": "multiplicative"}),
-    # each of the two literal formulas alone, to tell which of them the difference comes from
-    "starpo-s+outlier": ("starpo-s", {"trajectory_filter": "outlier"}),
-    "starpo-s+sigmoid": ("starpo-s", {"thinking_scale_rule": "multiplicative"}),
-    # the thinking scale taken relative to its batch (the repair for a critic that settles at its labels' base rate)
+    # the specification's formulas taken literally: the 2-sigma batch filter (the preset's scale is already literal)
+    "starpo-s-literal": ("starpo-s", {"trajectory_filter": "outlier"}),
+    # the thinking-scale rules the preset does not apply: blame never shrunk, and that rule relative to the batch
+    "starpo-s+sign_aware": ("starpo-s", {"thinking_scale_rule": "sign_aware"}),
     "starpo-s+relative": ("starpo-s", {"thinking_scale_rule": "relative"}),
 }
 PRESETS = tuple(ARMS)
@@ -356,9 +355,11 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
 
 def setting_key(setting: str, steps: int) -> str:
     """A short hash of everything that defines a run besides its preset and seed."""
-    # `learning_signal` names the trainer's update: runs made before the issue-12 fixes are not reused.
+    # `learning_signal` names the trainer's update: runs made before the issue-12 fixes are not reused. `arms` 2:
+    # starpo-s's thinking scale became multiplicative, so the runs of arms built on the preset are made again.
     text = json.dumps(
-        {**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting], "learning_signal": 2},
+        {**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting], "learning_signal": 2,
+         "arms": 2},
         sort_keys=True,
     )
     return hashlib.sha1(text.encode()).hexdigest()[:10]
@@ -708,7 +709,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("No saved runs for this setting; run without --analyse-only first.")
     summary = summarize(records)
     for preset, s in summary.items():
-        print(f"{preset:15s} collapsed {s['collapsed']}/{s['runs']}  final {fmt_q(s['final'])}  "
+        print(f"{preset:19s} collapsed {s['collapsed']}/{s['runs']}  final {fmt_q(s['final'])}  "
               f"peak {fmt_q(s['peak'])}")
     if not args.record:
         return

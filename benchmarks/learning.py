@@ -83,7 +83,12 @@ RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
 # trl_starpo.algorithms.critics' rules, named here because --table loads no torch (a test keeps the two equal)
-THINKING_SCALE_RULES = ("sign_aware", "multiplicative", "relative")
+THINKING_SCALE_RULES = ("multiplicative", "sign_aware", "relative")
+# The rule of each preset with a thinking critic (trl_starpo.presets; a test keeps them equal). A run names it in its
+# record, so that a change of the preset's rule starts new runs instead of reusing the old ones.
+PRESET_THINKING_SCALE_RULES = {"starpo-s": "multiplicative"}
+# starpo-s's rule until 2026-12-03: its records of that time leave the rule unnamed (None), and keep their key.
+FORMER_THINKING_SCALE_RULE = "sign_aware"
 
 
 @dataclass(frozen=True)
@@ -177,8 +182,8 @@ SMOKE = Scale(eval_episodes=2, tasks_per_update=1, num_generations=2, micro_batc
 def setting_key(environment: str, column: Column, scale: Scale, model: str) -> str:
     """A short hash of everything a run's result depends on (the method and seed aside)."""
     scale_fields = dataclasses.asdict(scale)
-    for name, default in (("num_iterations", 1), ("thinking_scale_rule", None)):
-        if scale_fields[name] == default:
+    for name, defaults in (("num_iterations", (1,)), ("thinking_scale_rule", (None, FORMER_THINKING_SCALE_RULE))):
+        if scale_fields[name] in defaults:
             del scale_fields[name]  # added later: records made before it keep their key
     blob = json.dumps([environment, dataclasses.asdict(column), scale_fields, model], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
@@ -404,6 +409,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     column = column or COLUMNS[environment]
     if scale.bf16 is None:
         scale = dataclasses.replace(scale, bf16=native_bf16())
+    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES:
+        scale = dataclasses.replace(scale, thinking_scale_rule=PRESET_THINKING_SCALE_RULES[method])
     model_name = model or DEFAULT_MODEL
     key = setting_key(environment, column, scale, model_name)
     path = record_path(records, environment, method, seed)
@@ -514,7 +521,7 @@ def markdown(records: list[dict]) -> str:
             row.append("—" if cell is None else f"{percent(cell['success'])} [{percent(cell['low'])}–"
                        f"{percent(cell['high'])}] ({len(cell['seeds'])})")
         lines.append(f"| `{method}` | " + " | ".join(row) + " |")
-    lines += ["", *lift_lines(table, environments), ""]
+    lines += ["", *lift_lines(table, environments), *rule_lines(records), ""]
     settings = {(r["environment"], r["setting"]) for r in records}
     mixed = sorted(e for e in environments if len({s for env, s in settings if env == e}) > 1)
     if mixed:
@@ -559,6 +566,21 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
         lines.append(f"- {environment}: `gigpo` {percent(gigpo['success'])}% against `starpo-s` "
                      f"{percent(starpo_s['success'])}% on the same budget "
                      f"({'intervals overlap' if overlap else 'intervals do not overlap'}).")
+    return lines
+
+
+def rule_lines(records: list[dict]) -> list[str]:
+    """Where a preset's runs applied a thinking-scale rule other than the one the preset applies now."""
+    lines = []
+    for method, current in PRESET_THINKING_SCALE_RULES.items():
+        by_rule: dict[str, set[str]] = {}
+        for r in (r for r in records if r["method"] == method):
+            rule = r["scale"].get("thinking_scale_rule") or FORMER_THINKING_SCALE_RULE
+            if rule != current:
+                by_rule.setdefault(rule, set()).add(r["environment"])
+        for rule, environments in sorted(by_rule.items()):
+            lines.append(f"- `{method}` on {', '.join(sorted(environments))}: these runs applied thinking_scale_rule "
+                         f"`{rule}`; the preset applies `{current}`.")
     return lines
 
 

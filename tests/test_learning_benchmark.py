@@ -32,7 +32,7 @@ def test_wilson_intervals(learning):
 
 def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
     def record(method, environment, successes, seed=0):
-        return {"method": method, "environment": environment, "seed": seed, "setting": "s", "curve": [],
+        return {"method": method, "environment": environment, "seed": seed, "setting": "s", "curve": [], "scale": {},
                 "held_out": {"successes": successes, "episodes": 64}, "turns": 0, "updates": 0, "commit": "c"}
 
     records = [record("sft", "minigrid", 20), record("sft", "hotpotqa", 20), record("starpo-s", "hotpotqa", 45),
@@ -126,6 +126,30 @@ def test_committed_records_keep_their_setting_key(learning):
     default = learning.setting_key("hotpotqa", column, learning.Scale(), "m")
     for changed in (learning.Scale(num_iterations=2), learning.Scale(thinking_scale_rule="multiplicative")):
         assert learning.setting_key("hotpotqa", column, changed, "m") != default
+    # starpo-s's records from before its rule became multiplicative name none: naming theirs keeps the key
+    assert learning.setting_key("hotpotqa", column, learning.Scale(thinking_scale_rule="sign_aware"), "m") == default
+
+
+def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
+    from trl_starpo.presets import PRESETS
+
+    with_critic = {name: preset["thinking_scale_rule"] for name, preset in PRESETS.items() if preset["thinking_critic"]}
+    assert learning.PRESET_THINKING_SCALE_RULES == with_critic
+
+
+def test_the_table_says_which_runs_applied_another_thinking_scale_rule(learning):
+    def record(method, environment, rule):
+        return {"method": method, "environment": environment, "scale": {"thinking_scale_rule": rule}}
+
+    records = [record("starpo-s", "minigrid", None), record("starpo-s", "hotpotqa", "sign_aware"),
+               record("starpo-s", "minigrid", "relative"), record("starpo-s", "webshop", "multiplicative"),
+               record("gigpo", "alfworld", None)]
+    assert learning.rule_lines(records) == [
+        "- `starpo-s` on minigrid: these runs applied thinking_scale_rule `relative`; the preset applies "
+        "`multiplicative`.",
+        "- `starpo-s` on hotpotqa, minigrid: these runs applied thinking_scale_rule `sign_aware`; the preset applies "
+        "`multiplicative`.",
+    ]
 
 
 def test_the_thinking_scale_rules_offered_are_the_critics(learning):
@@ -188,8 +212,9 @@ def test_the_budget_stop_waits_for_a_batch_cut_short_by_kl_early_stopping(learni
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("chosen", "expected"), [(None, "multiplicative"), ("sign_aware", "sign_aware")])
 def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning, counter_env, tiny_model_dir,
-                                                                      tmp_path, monkeypatch):
+                                                                      tmp_path, monkeypatch, chosen, expected):
     import trl_starpo.trainer
 
     applied = []
@@ -201,6 +226,6 @@ def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning,
 
     monkeypatch.setattr(trl_starpo.trainer, "scale_by_thinking", spy)
     record, _ = budgeted_run(learning, counter_env, "starpo-s", 1, tiny_model_dir, tmp_path, monkeypatch,
-                             thinking_scale_rule="multiplicative")
-    assert applied and set(applied) == {"multiplicative"}  # the preset's sign_aware is overridden
-    assert record["scale"]["thinking_scale_rule"] == "multiplicative"
+                             thinking_scale_rule=chosen)
+    assert applied and set(applied) == {expected}  # the preset's rule, or the one chosen over it
+    assert record["scale"]["thinking_scale_rule"] == expected  # named in the record either way

@@ -15,7 +15,7 @@ SCRIPT = {0: [GOOD, GOOD], 1: [BAD, BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, GOOD, B
 def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
     spec = make_args(tmp_path, preset="starpo-s")
     assert (spec.trajectory_filter, spec.filter_num_std, spec.thinking_critic) == ("outlier_clip", 2.0, True)
-    assert spec.thinking_scale_rule == "sign_aware"
+    assert spec.thinking_scale_rule == "multiplicative"
     assert (spec.max_grad_norm, spec.kl_early_stop, spec.warmup_steps, spec.beta) == (0.5, 0.05, 0.1, 0.1)
     assert spec.epsilon == spec.epsilon_high == 0.2
     ragen = make_args(tmp_path, preset="starpo-s-ragen")
@@ -31,6 +31,7 @@ def test_presets_set_their_values_and_explicit_fields_win(tmp_path):
     plain = make_args(tmp_path)
     assert (plain.beta, plain.max_grad_norm, plain.trajectory_filter, plain.advantage_estimator) == (0.0, 1.0, "none", "group")
     assert plain.scale_rewards == "group"
+    assert make_args(tmp_path, thinking_critic=True).thinking_scale_rule == "multiplicative"  # the formula as written
     ppo = make_args(tmp_path, preset="ppo")
     assert (ppo.advantage_estimator, ppo.trajectory_filter, ppo.thinking_critic) == ("gae", "none", False)
     assert (ppo.gae_gamma, ppo.gae_lambda, ppo.beta, ppo.epsilon, ppo.max_grad_norm) == (1.0, 1.0, 0.001, 0.2, 1.0)

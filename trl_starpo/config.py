@@ -34,7 +34,7 @@ _FALLBACKS = {
     "trajectory_filter": "none",
     "advantage_estimator": "group",
     "thinking_critic": False,
-    "thinking_scale_rule": "sign_aware",
+    "thinking_scale_rule": "multiplicative",
     "kl_early_stop": 0.0,
 }
 
@@ -201,10 +201,10 @@ class StarPOConfig(GRPOConfig):
     thinking_scale_rule: str | None = field(
         default=None,
         metadata={
-            "help": f"How the thinking critic's scale s applies, one of {THINKING_SCALE_RULES}: 'sign_aware' gives "
-            "A * s to positive advantages and A * (2 - s) to negative ones (poor thinking shrinks credit and never "
-            "shrinks blame); 'multiplicative' is the specification's A * s on both; 'relative' is 'sign_aware' with s "
-            "taken over the batch's mean scale, capped at 1. Default: the preset's, else 'sign_aware'."
+            "help": f"How the thinking critic's scale s applies, one of {THINKING_SCALE_RULES}: 'multiplicative' is "
+            "the specification's A * s; 'sign_aware' gives A * s to positive advantages and A * (2 - s) to negative "
+            "ones (poor thinking shrinks credit and never shrinks blame); 'relative' is 'sign_aware' with s taken "
+            "over the batch's mean scale, capped at 1. Default: the preset's, else 'multiplicative'."
         },
     )
     kl_early_stop: float | None = field(

@@ -19,13 +19,13 @@ PRESETS: dict[str, dict[str, object]] = {
         "warmup_steps": 0.0,
         "kl_early_stop": 0.0,
     },
-    # StarPO-S as this project's specification states it, with two repairs (docs/algorithms.md): the outlier filter
-    # bounds rare returns instead of dropping them, and poor thinking shrinks credit but never blame.
+    # StarPO-S as this project's specification states it, with one repair (docs/algorithms.md): the outlier filter
+    # bounds rare returns instead of dropping them. The thinking scale is the specification's advantage * sigmoid(q).
     "starpo-s": {
         "trajectory_filter": "outlier_clip",
         "advantage_estimator": "group",
         "thinking_critic": True,
-        "thinking_scale_rule": "sign_aware",
+        "thinking_scale_rule": "multiplicative",
         "beta": 0.1,
         "epsilon": 0.2,
         "epsilon_high": 0.2,

@@ -182,10 +182,10 @@ class ThinkingCritic(_OnlineCritic):
         return loss.item()
 
 
-THINKING_SCALE_RULES = ("sign_aware", "multiplicative", "relative")
+THINKING_SCALE_RULES = ("multiplicative", "sign_aware", "relative")
 
 
-def scale_by_thinking(advantages: torch.Tensor, scales: torch.Tensor, rule: str = "sign_aware") -> torch.Tensor:
+def scale_by_thinking(advantages: torch.Tensor, scales: torch.Tensor, rule: str = "multiplicative") -> torch.Tensor:
     """Apply the thinking critic's per-token ``scales`` (``sigmoid(score)`` in (0, 1), 1 where no turn is scored)
     to ``advantages``.
 
