@@ -355,11 +355,9 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
 
 def setting_key(setting: str, steps: int) -> str:
     """A short hash of everything that defines a run besides its preset and seed."""
-    # `learning_signal` names the trainer's update: runs made before the issue-12 fixes are not reused. `arms` 2:
-    # starpo-s's thinking scale became multiplicative, so the runs of arms built on the preset are made again.
+    # `learning_signal` names the trainer's update: runs made before the issue-12 fixes are not reused.
     text = json.dumps(
-        {**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting], "learning_signal": 2,
-         "arms": 2},
+        {**SETTINGS[setting], "steps": steps, "window": WINDOW, "env": ENV_IDS[setting], "learning_signal": 2},
         sort_keys=True,
     )
     return hashlib.sha1(text.encode()).hexdigest()[:10]

@@ -409,7 +409,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     column = column or COLUMNS[environment]
     if scale.bf16 is None:
         scale = dataclasses.replace(scale, bf16=native_bf16())
-    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES:
+    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES and thinks(column.rollout):
         scale = dataclasses.replace(scale, thinking_scale_rule=PRESET_THINKING_SCALE_RULES[method])
     model_name = model or DEFAULT_MODEL
     key = setting_key(environment, column, scale, model_name)
@@ -569,12 +569,17 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
     return lines
 
 
+def thinks(rollout: dict) -> bool:
+    """Whether a column's turns think, and so a thinking critic has something to score (StarPOConfig turns it off)."""
+    return bool(rollout.get("enable_thinking"))
+
+
 def rule_lines(records: list[dict]) -> list[str]:
     """Where a preset's runs applied a thinking-scale rule other than the one the preset applies now."""
     lines = []
     for method, current in PRESET_THINKING_SCALE_RULES.items():
         by_rule: dict[str, set[str]] = {}
-        for r in (r for r in records if r["method"] == method):
+        for r in (r for r in records if r["method"] == method and thinks(r["column"]["rollout"])):
             rule = r["scale"].get("thinking_scale_rule") or FORMER_THINKING_SCALE_RULE
             if rule != current:
                 by_rule.setdefault(rule, set()).add(r["environment"])

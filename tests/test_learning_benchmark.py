@@ -33,7 +33,8 @@ def test_wilson_intervals(learning):
 def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
     def record(method, environment, successes, seed=0):
         return {"method": method, "environment": environment, "seed": seed, "setting": "s", "curve": [], "scale": {},
-                "held_out": {"successes": successes, "episodes": 64}, "turns": 0, "updates": 0, "commit": "c"}
+                "column": {"rollout": {}}, "held_out": {"successes": successes, "episodes": 64}, "turns": 0,
+                "updates": 0, "commit": "c"}
 
     records = [record("sft", "minigrid", 20), record("sft", "hotpotqa", 20), record("starpo-s", "hotpotqa", 45),
                record("gigpo", "hotpotqa", 25)]
@@ -138,12 +139,13 @@ def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
 
 
 def test_the_table_says_which_runs_applied_another_thinking_scale_rule(learning):
-    def record(method, environment, rule):
-        return {"method": method, "environment": environment, "scale": {"thinking_scale_rule": rule}}
+    def record(method, environment, rule, thinking=True):
+        return {"method": method, "environment": environment, "scale": {"thinking_scale_rule": rule},
+                "column": {"rollout": {"enable_thinking": thinking}}}
 
     records = [record("starpo-s", "minigrid", None), record("starpo-s", "hotpotqa", "sign_aware"),
                record("starpo-s", "minigrid", "relative"), record("starpo-s", "webshop", "multiplicative"),
-               record("gigpo", "alfworld", None)]
+               record("gigpo", "alfworld", None), record("starpo-s", "sokoban", None, thinking=False)]
     assert learning.rule_lines(records) == [
         "- `starpo-s` on minigrid: these runs applied thinking_scale_rule `relative`; the preset applies "
         "`multiplicative`.",
