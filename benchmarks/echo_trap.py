@@ -45,8 +45,8 @@ Usage
     python benchmarks/echo_trap.py --seeds 1 --steps 10 --no-record   # a smoke run
     python benchmarks/echo_trap.py --setting grid --analyse-only      # table, plot and results.md from saved runs
 
-Each run is saved as ``<workdir>/runs/<setting>/<preset>-seed<N>.json`` and reused while the setting is unchanged,
-so an interrupted study resumes. With ``--record`` (the default) the plot ``docs/echo_trap_<setting>.png``, the raw
+Each run is saved as ``<workdir>/runs/<setting>/<preset>-seed<N>.json`` and reused while the setting and the arm's
+configuration (``arm_key``) are unchanged, so an interrupted study resumes. With ``--record`` (the default) the plot ``docs/echo_trap_<setting>.png``, the raw
 curves ``benchmarks/echo_trap_runs_<setting>.json`` and the setting's generated part of ``docs/results.md`` (between
 its ``echo-trap:<setting>`` markers) are written, with the git commit the runs came from. A study takes 15-30 minutes
 on 2 shared CPU cores with ``--jobs 2`` (runs of 20-110 s, depending on the load).
@@ -93,6 +93,15 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     "starpo-s+relative": ("starpo-s", {"thinking_scale_rule": "relative"}),
 }
 PRESETS = tuple(ARMS)
+
+
+def arm_key(arm: str) -> str:
+    """A short hash of what an arm trains with (its preset's values and the fields set on top): a saved run is
+    reused only while its arm is unchanged, so renaming arms or changing a preset never mixes runs of two configs."""
+    from trl_starpo.presets import PRESETS as PRESET_VALUES
+
+    preset, overrides = ARMS[arm]
+    return hashlib.sha1(json.dumps({**PRESET_VALUES[preset], **overrides}, sort_keys=True).encode()).hexdigest()[:10]
 WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
 
 COUNTER = {
@@ -343,7 +352,7 @@ def run_one(setting: str, preset: str, seed: int, steps: int, agent: str, out: s
     entries = [e for e in trainer.state.log_history if "loss" in e]
     commit, dirty = git_state()
     record = {
-        "preset": preset, "seed": seed, "steps": steps, "setting": setting_key(setting, steps),
+        "preset": preset, "arm": arm_key(preset), "seed": seed, "steps": steps, "setting": setting_key(setting, steps),
         "seconds": round(seconds, 1), "commit": commit, "dirty": bool(dirty),
         "step": [e["step"] for e in entries],
         "series": {name: [e.get(name) for e in entries] for name in SERIES},
@@ -613,8 +622,8 @@ def runs_by_commit(records: list[dict], study_commit: str) -> list[str]:
         return []
     parts = [f"`{commit}`: " + ", ".join(f"`{arm}` ({count})" for arm, count in counts.items())
              for commit, counts in arms.items()]
-    return ["The runs came from more than one commit (a saved run is reused while the setting is unchanged; each run "
-            "notes the commit when it finished): " + "; ".join(parts) + ".", ""]
+    return ["The runs came from more than one commit (a saved run is reused while the setting and its arm are "
+            "unchanged; each run notes the commit when it finished): " + "; ".join(parts) + ".", ""]
 
 
 def write_results(setting: str, block: str) -> None:
@@ -667,12 +676,13 @@ def main(argv: list[str] | None = None) -> None:
     key = setting_key(setting, args.steps)
     plot_path, raw_path = outputs(setting)
     jobs = [(preset, seed) for seed in range(args.seeds) for preset in args.presets]
+    arms = {preset: arm_key(preset) for preset in args.presets}
 
     def saved(preset, seed):
         path = runs_dir / f"{preset}-seed{seed}.json"
         if path.exists():
             record = json.loads(path.read_text())
-            if record.get("setting") == key:
+            if record.get("setting") == key and record.get("arm") == arms[preset]:
                 return record
         return None
 
@@ -700,7 +710,8 @@ def main(argv: list[str] | None = None) -> None:
 
     records = [r for r in (saved(p, s) for p, s in jobs) if r is not None]
     if args.analyse_only and len(records) < len(jobs) and raw_path.exists():
-        recorded = [r for r in json.loads(raw_path.read_text())["runs"] if r["setting"] == key]
+        recorded = [r for r in json.loads(raw_path.read_text())["runs"]
+                    if r["setting"] == key and r.get("arm") == arms.get(r["preset"])]
         wanted = set(jobs)
         records = [r for r in recorded if (r["preset"], r["seed"]) in wanted]  # the recorded study's own curves
     if not records:

@@ -189,6 +189,18 @@ def setting_key(environment: str, column: Column, scale: Scale, model: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
+def thinks(rollout: dict) -> bool:
+    """Whether a column's turns think, and so a thinking critic has something to score (StarPOConfig turns it off)."""
+    return bool(rollout.get("enable_thinking", True))  # RolloutSettings' default
+
+
+def with_named_rule(method: str, column: Column, scale: Scale) -> Scale:
+    """``scale`` with the thinking-scale rule ``method`` applies on ``column`` named, where a thinking critic acts."""
+    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES and thinks(column.rollout):
+        return dataclasses.replace(scale, thinking_scale_rule=PRESET_THINKING_SCALE_RULES[method])
+    return scale
+
+
 # -- the warm start and evaluation ---------------------------------------------------------------------------------
 
 
@@ -409,8 +421,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     column = column or COLUMNS[environment]
     if scale.bf16 is None:
         scale = dataclasses.replace(scale, bf16=native_bf16())
-    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES and thinks(column.rollout):
-        scale = dataclasses.replace(scale, thinking_scale_rule=PRESET_THINKING_SCALE_RULES[method])
+    scale = with_named_rule(method, column, scale)
     model_name = model or DEFAULT_MODEL
     key = setting_key(environment, column, scale, model_name)
     path = record_path(records, environment, method, seed)
@@ -567,11 +578,6 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
                      f"{percent(starpo_s['success'])}% on the same budget "
                      f"({'intervals overlap' if overlap else 'intervals do not overlap'}).")
     return lines
-
-
-def thinks(rollout: dict) -> bool:
-    """Whether a column's turns think, and so a thinking critic has something to score (StarPOConfig turns it off)."""
-    return bool(rollout.get("enable_thinking"))
 
 
 def rule_lines(records: list[dict]) -> list[str]:

@@ -138,6 +138,18 @@ def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
     assert learning.PRESET_THINKING_SCALE_RULES == with_critic
 
 
+def test_a_run_names_the_rule_its_presets_thinking_critic_applies(learning):
+    thinking, answers = learning.COLUMNS["minigrid"], learning.COLUMNS["hotpotqa"]
+    assert thinking.rollout["enable_thinking"] and not answers.rollout["enable_thinking"]
+    named = learning.with_named_rule("starpo-s", thinking, learning.Scale())
+    assert named.thinking_scale_rule == "multiplicative"
+    chosen = learning.with_named_rule("starpo-s", thinking, learning.Scale(thinking_scale_rule="sign_aware"))
+    assert chosen.thinking_scale_rule == "sign_aware"
+    # no critic acts: no rule, and the key the column's other records have
+    assert learning.with_named_rule("starpo-s", answers, learning.Scale()).thinking_scale_rule is None
+    assert learning.with_named_rule("gigpo", thinking, learning.Scale()).thinking_scale_rule is None
+
+
 def test_the_table_says_which_runs_applied_another_thinking_scale_rule(learning):
     def record(method, environment, rule, thinking=True):
         return {"method": method, "environment": environment, "scale": {"thinking_scale_rule": rule},
