@@ -46,10 +46,11 @@ Usage
     python benchmarks/echo_trap.py --setting grid --analyse-only      # table, plot and results.md from saved runs
 
 Each run is saved as ``<workdir>/runs/<setting>/<preset>-seed<N>.json`` and reused while the setting and the arm's
-configuration (``arm_key``) are unchanged, so an interrupted study resumes. With ``--record`` (the default) the plot ``docs/echo_trap_<setting>.png``, the raw
-curves ``benchmarks/echo_trap_runs_<setting>.json`` and the setting's generated part of ``docs/results.md`` (between
-its ``echo-trap:<setting>`` markers) are written, with the git commit the runs came from. A study takes 15-30 minutes
-on 2 shared CPU cores with ``--jobs 2`` (runs of 20-110 s, depending on the load).
+configuration (``arm_key``) are unchanged, so an interrupted study resumes. With ``--record`` (the default) the plot
+``docs/echo_trap_<setting>.png``, the raw curves ``benchmarks/echo_trap_runs_<setting>.json`` and the setting's
+generated part of ``docs/results.md`` (between its ``echo-trap:<setting>`` markers) are written, with the git commit
+the runs came from. A study takes 15-30 minutes on 2 shared CPU cores with ``--jobs 2`` (runs of 20-110 s, depending
+on the load).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ ARMS = {  # study arm -> (preset, fields set on top of it)
     "starpo-s+relative": ("starpo-s", {"thinking_scale_rule": "relative"}),
 }
 PRESETS = tuple(ARMS)
+WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
 
 
 def arm_key(arm: str) -> str:
@@ -102,7 +104,7 @@ def arm_key(arm: str) -> str:
 
     preset, overrides = ARMS[arm]
     return hashlib.sha1(json.dumps({**PRESET_VALUES[preset], **overrides}, sort_keys=True).encode()).hexdigest()[:10]
-WINDOW, DROP, MIN_DROP = 5, 0.5, 0.2  # the collapse definition (see the docstring)
+
 
 COUNTER = {
     "sft_steps": 300,
