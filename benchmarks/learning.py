@@ -84,10 +84,10 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 PROGRESS_FILE = "learning_progress.json"
 # trl_starpo.algorithms.critics' rules, named here because --table loads no torch (a test keeps the two equal)
 THINKING_SCALE_RULES = ("multiplicative", "sign_aware", "relative")
-# The rule of each preset with a thinking critic (trl_starpo.presets; a test keeps them equal). A run names it in its
-# record, so that a change of the preset's rule starts new runs instead of reusing the old ones.
+# The rule of each preset with a thinking critic (trl_starpo.presets; a test keeps them equal). A run names the rule
+# it applied in its record, so that a change of the preset's rule starts new runs instead of reusing the old ones.
 PRESET_THINKING_SCALE_RULES = {"starpo-s": "multiplicative"}
-# starpo-s's rule until 2026-12-03: its records of that time leave the rule unnamed (None), and keep their key.
+# starpo-s's rule until 2026-12-03: its records of that time name no rule, and keep their key.
 FORMER_THINKING_SCALE_RULE = "sign_aware"
 
 
@@ -194,11 +194,21 @@ def thinks(rollout: dict) -> bool:
     return bool(rollout.get("enable_thinking", True))  # RolloutSettings' default
 
 
-def with_named_rule(method: str, column: Column, scale: Scale) -> Scale:
-    """``scale`` with the thinking-scale rule ``method`` applies on ``column`` named, where a thinking critic acts."""
-    if scale.thinking_scale_rule is None and method in PRESET_THINKING_SCALE_RULES and thinks(column.rollout):
-        return dataclasses.replace(scale, thinking_scale_rule=PRESET_THINKING_SCALE_RULES[method])
-    return scale
+def applied_rule(method: str, column: Column, scale: Scale) -> str | None:
+    """The thinking-scale rule a run of ``method`` applies on ``column`` (None where no thinking critic acts)."""
+    if method not in PRESET_THINKING_SCALE_RULES or not thinks(column.rollout):
+        return None
+    return scale.thinking_scale_rule or PRESET_THINKING_SCALE_RULES[method]
+
+
+def recorded_rule(record: dict) -> str | None:
+    """The thinking-scale rule a recorded run applied; records made before runs named it applied the one chosen,
+    else the preset's rule of their time."""
+    if "thinking_scale_rule" in record:
+        return record["thinking_scale_rule"]
+    if record["method"] not in PRESET_THINKING_SCALE_RULES or not thinks(record["column"]["rollout"]):
+        return None
+    return record["scale"].get("thinking_scale_rule") or FORMER_THINKING_SCALE_RULE
 
 
 # -- the warm start and evaluation ---------------------------------------------------------------------------------
@@ -421,20 +431,22 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     column = column or COLUMNS[environment]
     if scale.bf16 is None:
         scale = dataclasses.replace(scale, bf16=native_bf16())
-    scale = with_named_rule(method, column, scale)
     model_name = model or DEFAULT_MODEL
-    key = setting_key(environment, column, scale, model_name)
+    key, rule = setting_key(environment, column, scale, model_name), applied_rule(method, column, scale)
     path = record_path(records, environment, method, seed)
-    if path.is_file() and json.loads(path.read_text()).get("setting") == key:
-        return json.loads(path.read_text())
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if recorded.get("setting") == key and recorded_rule(recorded) == rule:
+            return recorded
     started = time.time()
     torch.manual_seed(seed)
     run_dir = workdir / "runs" / environment / f"{method}-seed{seed}"
     marker = run_dir / "setting.json"
-    if run_dir.is_dir() and (not marker.is_file() or json.loads(marker.read_text()).get("setting") != key):
+    made_as = json.loads(marker.read_text()) if marker.is_file() else {}
+    if run_dir.is_dir() and (made_as.get("setting") != key or made_as.get("thinking_scale_rule") != rule):
         shutil.rmtree(run_dir)  # made with other settings: start again
     run_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"setting": key}))
+    marker.write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
 
     curve: list = []
     means: dict = {}
@@ -458,7 +470,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     result = held_out(trained, tokenizer, environment, column, scale, seed)
     commit, dirty = git_state()
     record = {
-        "method": method, "environment": environment, "seed": seed, "setting": key, "model": model_name,
+        "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
+        "model": model_name,
         "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
         "updates": len(curve), "budget": column.budget, "curve": curve, "training_means": means,
         "column": dataclasses.asdict(column),
@@ -585,9 +598,9 @@ def rule_lines(records: list[dict]) -> list[str]:
     lines = []
     for method, current in PRESET_THINKING_SCALE_RULES.items():
         by_rule: dict[str, set[str]] = {}
-        for r in (r for r in records if r["method"] == method and thinks(r["column"]["rollout"])):
-            rule = r["scale"].get("thinking_scale_rule") or FORMER_THINKING_SCALE_RULE
-            if rule != current:
+        for r in (r for r in records if r["method"] == method):
+            rule = recorded_rule(r)
+            if rule is not None and rule != current:
                 by_rule.setdefault(rule, set()).add(r["environment"])
         for rule, environments in sorted(by_rule.items()):
             lines.append(f"- `{method}` on {', '.join(sorted(environments))}: these runs applied thinking_scale_rule "

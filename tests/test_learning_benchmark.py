@@ -138,16 +138,26 @@ def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
     assert learning.PRESET_THINKING_SCALE_RULES == with_critic
 
 
-def test_a_run_names_the_rule_its_presets_thinking_critic_applies(learning):
+def test_a_run_names_the_thinking_scale_rule_it_applied(learning):
     thinking, answers = learning.COLUMNS["minigrid"], learning.COLUMNS["hotpotqa"]
     assert thinking.rollout["enable_thinking"] and not answers.rollout["enable_thinking"]
-    named = learning.with_named_rule("starpo-s", thinking, learning.Scale())
-    assert named.thinking_scale_rule == "multiplicative"
-    chosen = learning.with_named_rule("starpo-s", thinking, learning.Scale(thinking_scale_rule="sign_aware"))
-    assert chosen.thinking_scale_rule == "sign_aware"
-    # no critic acts: no rule, and the key the column's other records have
-    assert learning.with_named_rule("starpo-s", answers, learning.Scale()).thinking_scale_rule is None
-    assert learning.with_named_rule("gigpo", thinking, learning.Scale()).thinking_scale_rule is None
+    default, chosen = learning.Scale(), learning.Scale(thinking_scale_rule="sign_aware")
+    assert learning.applied_rule("starpo-s", thinking, default) == "multiplicative"  # the preset's
+    assert learning.applied_rule("starpo-s", thinking, chosen) == "sign_aware"
+    # no thinking critic acts: no rule
+    assert learning.applied_rule("starpo-s", answers, default) is None
+    assert learning.applied_rule("gigpo", thinking, chosen) is None
+
+    def old_record(method, rule, rollout):  # made before records named the rule
+        return {"method": method, "scale": {"thinking_scale_rule": rule}, "column": {"rollout": rollout}}
+
+    thinks, answers_only = thinking.rollout, answers.rollout
+    assert learning.recorded_rule(old_record("starpo-s", None, thinks)) == "sign_aware"  # the preset's then
+    assert learning.recorded_rule(old_record("starpo-s", "relative", thinks)) == "relative"
+    assert learning.recorded_rule(old_record("starpo-s", None, answers_only)) is None
+    assert learning.recorded_rule(old_record("gigpo", None, thinks)) is None
+    assert learning.recorded_rule({**old_record("starpo-s", None, thinks), "thinking_scale_rule": "multiplicative"}) \
+        == "multiplicative"
 
 
 def test_the_table_says_which_runs_applied_another_thinking_scale_rule(learning):
@@ -242,4 +252,4 @@ def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning,
     record, _ = budgeted_run(learning, counter_env, "starpo-s", 1, tiny_model_dir, tmp_path, monkeypatch,
                              thinking_scale_rule=chosen)
     assert applied and set(applied) == {expected}  # the preset's rule, or the one chosen over it
-    assert record["scale"]["thinking_scale_rule"] == expected  # named in the record either way
+    assert record["thinking_scale_rule"] == expected  # named in the record either way

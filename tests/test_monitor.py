@@ -393,6 +393,30 @@ def test_warn_mode_flags_the_bandit_collapse_onto_the_format_placeholder(tiny_to
     assert blind.detections == []
 
 
+def test_a_resumed_monitor_remembers_the_top_answer_before_its_checkpoint(tiny_tokenizer, tmp_path):
+    batch = bandit_batch(tiny_tokenizer, ["your action</answer>"] * 8)
+
+    def monitor_at(step):
+        trainer = SimpleNamespace(last_trajectories=None, accelerator=SimpleNamespace(num_processes=1), logged={})
+        trainer.log_metric = trainer.logged.__setitem__
+        state = State()
+        state.global_step = step
+        return MonitorCallback(trainer, probe_every=0), trainer, state
+
+    before, trainer, state = monitor_at(1)
+    trainer.last_trajectories = list(batch)
+    before.on_step_end(Args(), state, Control())
+    args = Args()
+    args.output_dir = str(tmp_path)
+    before.on_save(args, state, Control())
+
+    resumed, trainer, state = monitor_at(1)
+    resumed.on_train_begin(args, state, Control())
+    trainer.last_trajectories = list(batch)
+    resumed.on_step_end(args, state, Control())
+    assert resumed.batches == 2 and trainer.logged["monitor/top_answer_unchanged"] == 1.0
+
+
 # -- on a real trainer --------------------------------------------------------------------------------------------
 
 

@@ -76,7 +76,7 @@ class MonitorCallback(TrainerCallback):
         trainer: The ``StarPOTrainer``.
         probe_every: Batches between probes (the first batch is probed).
         probe_size: Start states per probe; the probe scores ``probe_size ** 2`` sequences.
-        resume_from_checkpoint: Where to restore the batch count from on resume, if not
+        resume_from_checkpoint: Where to restore the batch count and the last top answer from on resume, if not
             ``output_dir/checkpoint-<step>``.
     """
 
@@ -96,13 +96,16 @@ class MonitorCallback(TrainerCallback):
             )
             path = Path(folder, MONITOR_STATE_FILE)
             if path.is_file():
-                self.batches = int(json.loads(path.read_text())["batches"])
+                saved = json.loads(path.read_text())
+                self.batches = int(saved["batches"])
+                self._top_answer = saved.get("top_answer")  # so the first batch after a resume compares with it
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             folder = Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / MONITOR_STATE_FILE).write_text(json.dumps({"batches": self.batches}))
+            saved = {"batches": self.batches, "top_answer": self._top_answer}
+            (folder / MONITOR_STATE_FILE).write_text(json.dumps(saved))
 
     def on_step_end(self, args, state, control, **kwargs):
         trainer = self.trainer
