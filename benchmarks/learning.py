@@ -18,7 +18,7 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     StarPO-S's thinking critic).
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
-    rate, batch (``tasks_per_update`` tasks x ``num_generations`` episodes per update) and rollout settings; the
+    rate (``--learning-rate``; 3e-4 unless a sitting says otherwise), batch (``tasks_per_update`` tasks x ``num_generations`` episodes per update) and rollout settings; the
     preset sets the rest. Each rollout batch serves ``num_iterations`` optimizer steps (``--num-iterations``; 1,
     on-policy, unless a sitting says otherwise). A run stops at the first update that reaches the budget, after all of
     that batch's optimizer steps. Learning-rate schedules are
@@ -677,6 +677,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=Scale.eval_episodes)
     parser.add_argument("--num-iterations", type=int, default=Scale.num_iterations,
                         help="Optimizer passes over each rollout batch in the RL presets (GRPOConfig.num_iterations).")
+    parser.add_argument("--learning-rate", type=float, default=Scale.learning_rate,
+                        help="The RL presets' learning rate (the warm start's and DPO's keep their own).")
     parser.add_argument("--thinking-scale-rule", choices=THINKING_SCALE_RULES,
                         help="How the thinking critic scales advantages in the RL presets (StarPOConfig."
                              "thinking_scale_rule; default: the preset's). Records of another rule belong in their "
@@ -694,6 +696,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.num_iterations < 1:
         parser.error(f"--num-iterations must be at least 1, got {args.num_iterations}")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
     if args.threads:
         import torch
 
@@ -715,7 +719,8 @@ def main(argv: list[str] | None = None) -> None:
     if len(runs) == 1:
         environment, method, seed = runs[0]
         column = COLUMNS[environment]
-        chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule)
+        chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule,
+                      learning_rate=args.learning_rate)
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
@@ -732,7 +737,7 @@ def main(argv: list[str] | None = None) -> None:
     forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
     for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
         forwarded += [flag, str(value)] if value else []
-    forwarded += ["--num-iterations", str(args.num_iterations)]
+    forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     failed = []

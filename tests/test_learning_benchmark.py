@@ -125,10 +125,28 @@ def test_committed_records_keep_their_setting_key(learning):
         assert learning.setting_key(record["environment"], column, scale, record["model"]) == record["setting"], path
     column = learning.COLUMNS["hotpotqa"]
     default = learning.setting_key("hotpotqa", column, learning.Scale(), "m")
-    for changed in (learning.Scale(num_iterations=2), learning.Scale(thinking_scale_rule="multiplicative")):
+    for changed in (learning.Scale(num_iterations=2), learning.Scale(thinking_scale_rule="multiplicative"),
+                    learning.Scale(learning_rate=1e-3)):
         assert learning.setting_key("hotpotqa", column, changed, "m") != default
     # starpo-s's records from before its rule became multiplicative name none: naming theirs keeps the key
     assert learning.setting_key("hotpotqa", column, learning.Scale(thinking_scale_rule="sign_aware"), "m") == default
+
+
+def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tmp_path):
+    chosen = []
+
+    def record_scale(method, environment, seed, *, scale, **_):
+        chosen.append(scale)
+        return dict(updates=0, turns=0, held_out=dict(successes=0, episodes=0))
+
+    monkeypatch.setattr(learning, "run_one", record_scale)
+    learning.main(["--env", "minigrid", "--method", "starpo-s", "--learning-rate", "1e-3", "--records", str(tmp_path)])
+    (scale,) = chosen
+    assert scale.learning_rate == 1e-3
+    assert (scale.sft_learning_rate, scale.dpo_learning_rate) == (learning.Scale.sft_learning_rate,
+                                                                   learning.Scale.dpo_learning_rate)
+    with pytest.raises(SystemExit):
+        learning.main(["--method", "starpo-s", "--learning-rate", "0", "--records", str(tmp_path)])
 
 
 def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
