@@ -36,7 +36,8 @@ Runs and records
     settings; a finished run writes its record, a small JSON file, to
     ``benchmarks/learning_runs/<environment>/<method>-seed<seed>.json`` (held-out success, the curve, the settings'
     key, the commit). ``--table`` rebuilds docs/results.md's table and ``docs/learning_<environment>.png`` from the
-    committed records alone.
+    committed records alone; ``--table --records <folder>`` prints another folder's table (a sitting with another
+    budget or rule keeps its records apart) and writes its curves into that folder.
 
 Usage
     python benchmarks/learning.py --env minigrid --method gigpo --seed 0       # one run (resumes when restarted)
@@ -523,13 +524,19 @@ def percent(x: float) -> str:
     return f"{100 * x:.0f}"
 
 
-def markdown(records: list[dict]) -> str:
-    """The generated part of docs/results.md: the table, the lift over SFT, per-run details and the curves."""
+def markdown(records: list[dict], folder: Path | None = None) -> str:
+    """The generated part of docs/results.md: the table, the lift over SFT, per-run details and the curves.
+
+    ``folder`` names another records folder than the main table's (an earlier sitting's, another budget's): the
+    command shown and the curves' links are then that folder's.
+    """
     table = cells(records)
     environments = list(COLUMNS)
+    command = ("python benchmarks/learning.py --table   # this section, from benchmarks/learning_runs/*/*.json"
+               if folder is None else f"python benchmarks/learning.py --table --records {display_path(folder)}")
     lines = [
         "```bash",
-        "python benchmarks/learning.py --table   # this section, from benchmarks/learning_runs/*/*.json",
+        command,
         "```",
         "",
         "Held-out success in % with its 95% Wilson interval, episodes pooled over seeds (seeds in parentheses);",
@@ -562,7 +569,7 @@ def markdown(records: list[dict]) -> str:
     for environment in environments:
         if any(r["environment"] == environment and r["curve"] for r in records):
             lines.append(f"![training-rollout success against environment turns, {environment}]"
-                         f"(learning_{environment}.png)")
+                         f"({curves_link(environment, folder)})")
     return "\n".join(lines).rstrip()
 
 
@@ -655,6 +662,23 @@ def write_results(block: str, results_md: Path = RESULTS_MD) -> None:
     results_md.write_text(f"{head}{begin}\n{block}\n{end}{tail}")
 
 
+def display_path(folder: Path) -> str:
+    """``folder`` relative to the repository when it lies inside it, so that a printed command can be rerun."""
+    try:
+        return str(folder.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(folder)
+
+
+def curves_link(environment: str, folder: Path | None = None) -> str:
+    """Where docs/results.md finds an environment's curves: beside it for the main table, else in ``folder``."""
+    name = f"learning_{environment}.png"
+    if folder is None:
+        return name
+    shown = display_path(folder)
+    return f"../{shown}/{name}" if not Path(shown).is_absolute() else f"{shown}/{name}"
+
+
 def regenerate(records_dir: Path = RECORDS, results_md: Path = RESULTS_MD) -> str:
     """The table and curves from the records alone."""
     records = load_records(records_dir)
@@ -663,6 +687,17 @@ def regenerate(records_dir: Path = RECORDS, results_md: Path = RESULTS_MD) -> st
     block = markdown(records)
     write_results(block, results_md)
     return block
+
+
+def folder_table(records_dir: Path) -> str:
+    """Another records folder's table, returned for printing, with its curves written into that folder.
+
+    docs/results.md is left alone: its generated section is the main table's.
+    """
+    records = load_records(records_dir)
+    for environment in COLUMNS:
+        plot(records, environment, records_dir / f"learning_{environment}.png")
+    return markdown(records, records_dir)
 
 
 # -- main -----------------------------------------------------------------------------------------------------------
@@ -689,7 +724,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int,
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
     parser.add_argument("--table", action="store_true",
-                        help="Only regenerate docs/results.md from the records (with --records: print their table).")
+                        help="Only regenerate docs/results.md from the records (with --records: print their table and "
+                             "write their curves into that folder).")
     parser.add_argument("--smoke", action="store_true",
                         help="Tiny budgets (8 turns, 2 episodes an update, 2 held-out episodes), records under "
                              "<workdir>/smoke: the pipeline end to end, not a result.")
@@ -705,7 +741,7 @@ def main(argv: list[str] | None = None) -> None:
     records = args.records or (args.workdir / "smoke" / "records" if args.smoke else RECORDS)
     if args.table:
         # another folder's records (an earlier sitting's) are printed, not written into docs/results.md
-        print(regenerate(records) if records.resolve() == RECORDS else markdown(load_records(records)))
+        print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env
     methods = list(METHODS) if args.method == ["all"] else args.method

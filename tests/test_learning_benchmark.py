@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -113,7 +114,23 @@ def test_the_table_of_another_records_folder_is_printed_not_written(learning, tm
             learning.RESULTS_MD.write_text(committed)
     printed = capsys.readouterr().out
     assert "| `sft` | — | — | 20 [12–32] (1) | — |" in printed and "| hotpotqa | `sft` | 0 | 13/64 |" in printed
+    assert f"python benchmarks/learning.py --table --records {tmp_path / 'archive'}\n" in printed
     assert written == committed
+
+
+def test_another_folders_curves_go_into_it(learning, tmp_path):
+    record = {"method": "starpo-s", "environment": "hotpotqa", "seed": 0, "setting": "abc", "turns": 48, "updates": 2,
+              "thinking_scale_rule": None,
+              "commit": "0" * 40, "curve": [[24, 0.25, 0.3], [48, 0.5, 0.55]],
+              "held_out": {"split": "test", "episodes": 64, "successes": 40, "success": 40 / 64}}
+    folder = tmp_path / "budget2048"
+    (folder / "hotpotqa").mkdir(parents=True)
+    (folder / "hotpotqa" / "starpo-s-seed0.json").write_text(json.dumps(record))
+    block = learning.folder_table(folder)
+    assert f"({folder}/learning_hotpotqa.png)" in block and "learning_minigrid" not in block
+    assert sorted(p.name for p in folder.iterdir()) == ["hotpotqa", "learning_hotpotqa.png"]
+    inside = learning.RECORDS / "budget2048"
+    assert learning.curves_link("hotpotqa", inside) == "../benchmarks/learning_runs/budget2048/learning_hotpotqa.png"
 
 
 def test_committed_records_keep_their_setting_key(learning):
@@ -200,14 +217,15 @@ def test_the_thinking_scale_rules_offered_are_the_critics(learning):
     assert learning.THINKING_SCALE_RULES == THINKING_SCALE_RULES
 
 
-def test_the_table_is_made_without_loading_torch():
+def test_the_table_is_made_without_loading_torch(tmp_path):
     # Scale's bf16 is asked of the hardware when a run starts, not when the script loads
     probe = (
         "import runpy, sys; sys.argv = ['learning.py', '--table', '--records', sys.argv[1]]\n"
         "runpy.run_path(%r, run_name='__main__')\n"
         "print('loaded torch' if 'torch' in sys.modules else 'no torch')" % str(ROOT / "benchmarks" / "learning.py")
     )
-    records = ROOT / "benchmarks" / "learning_runs" / "iterations4"
+    records = tmp_path / "iterations4"
+    shutil.copytree(ROOT / "benchmarks" / "learning_runs" / "iterations4", records)  # its curves are written there
     done = subprocess.run([sys.executable, "-c", probe, str(records)], capture_output=True, text=True, check=True)
     assert "| hotpotqa | `starpo-s` | 0 | 30/64 |" in done.stdout
     assert done.stdout.rstrip().endswith("no torch")
