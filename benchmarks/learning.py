@@ -581,7 +581,7 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
         if sft is None or not any((method, environment) in table for method in RL_METHODS):
             continue
         lifted = [
-            f"`{method}` (+{percent(cell['success'] - sft['success'])} points)"
+            f"`{method}` (+{percent(cell['success'] - sft['success'])} points{seeds_differ(cell, sft)})"
             for method in RL_METHODS
             if (cell := table.get((method, environment))) is not None
             and cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]
@@ -596,8 +596,16 @@ def lift_lines(table: dict, environments: list[str]) -> list[str]:
         overlap = gigpo["low"] <= starpo_s["high"] and starpo_s["low"] <= gigpo["high"]
         lines.append(f"- {environment}: `gigpo` {percent(gigpo['success'])}% against `starpo-s` "
                      f"{percent(starpo_s['success'])}% on the same budget "
-                     f"({'intervals overlap' if overlap else 'intervals do not overlap'}).")
+                     f"({'intervals overlap' if overlap else 'intervals do not overlap'}"
+                     f"{seeds_differ(gigpo, starpo_s)}).")
     return lines
+
+
+def seeds_differ(cell: dict, other: dict) -> str:
+    """A warning for a comparison of two cells pooled over different seeds, which is not a matched one."""
+    if cell["seeds"] == other["seeds"]:
+        return ""
+    return f"; seeds differ: {', '.join(map(str, cell['seeds']))} against {', '.join(map(str, other['seeds']))}"
 
 
 def rule_lines(records: list[dict]) -> list[str]:

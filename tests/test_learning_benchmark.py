@@ -44,6 +44,18 @@ def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
     assert verdicts == ["- hotpotqa: `starpo-s` (+39 points) lifts success over the SFT start by at least 10 points "
                         "with non-overlapping intervals."]
 
+    # pooled over other seeds than the start's, a lift or a comparison is not a matched one, and says so
+    records += [record("sft", "hotpotqa", 20, seed=1), record("starpo-s", "hotpotqa", 45, seed=1)]
+    lines = [line for line in learning.markdown(records).splitlines() if line.startswith("- hotpotqa")]
+    assert lines == [
+        "- hotpotqa: `starpo-s` (+39 points) lifts success over the SFT start by at least 10 points with "
+        "non-overlapping intervals.",
+        "- hotpotqa: `gigpo` 39% against `starpo-s` 70% on the same budget (intervals do not overlap; seeds differ: 0 "
+        "against 0, 1).",
+    ]
+    records.append(record("starpo-s", "hotpotqa", 45, seed=2))
+    assert "(+39 points; seeds differ: 0, 1, 2 against 0, 1)" in learning.markdown(records)
+
 
 @pytest.mark.slow
 def test_every_row_resumes_and_the_table_comes_from_the_records(
