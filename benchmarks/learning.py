@@ -44,7 +44,7 @@ Usage
     python benchmarks/learning.py --env minigrid --method all --seed 0 1 2     # every row, one process per run
     python benchmarks/learning.py --env all --method all --seed 0
     python benchmarks/learning.py --table                                      # the table, from the records
-    python benchmarks/learning.py --table --records benchmarks/learning_runs/archive   # an earlier sitting's, printed
+    python benchmarks/learning.py --table --records benchmarks/learning_runs/archive   # a sitting's table, printed
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
 
     On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads
@@ -552,7 +552,7 @@ def markdown(records: list[dict], folder: Path | None = None) -> str:
             row.append("—" if cell is None else f"{percent(cell['success'])} [{percent(cell['low'])}–"
                        f"{percent(cell['high'])}] ({len(cell['seeds'])})")
         lines.append(f"| `{method}` | " + " | ".join(row) + " |")
-    lines += ["", *lift_lines(table, environments), *rule_lines(records), ""]
+    lines += ["", *lift_lines(records, environments), *rule_lines(records), ""]
     settings = {(r["environment"], r["setting"]) for r in records}
     mixed = sorted(e for e in environments if len({s for env, s in settings if env == e}) > 1)
     if mixed:
@@ -573,39 +573,54 @@ def markdown(records: list[dict], folder: Path | None = None) -> str:
     return "\n".join(lines).rstrip()
 
 
-def lift_lines(table: dict, environments: list[str]) -> list[str]:
-    """Which RL methods beat the SFT start by at least 10 points with intervals that do not overlap."""
+def matched(records: list[dict], method: str, other: str, environment: str) -> tuple[dict, dict] | None:
+    """Two methods' cells pooled over the seeds both ran, so that a comparison pairs each seed with itself."""
+    runs = {m: {r["seed"]: r for r in records if r["method"] == m and r["environment"] == environment}
+            for m in (method, other)}
+    seeds = sorted(runs[method].keys() & runs[other].keys())
+    if not seeds:
+        return None
+    return pooled([runs[method][s] for s in seeds]), pooled([runs[other][s] for s in seeds])
+
+
+def seeds_note(cell: dict, *rows: dict) -> str:
+    """Which seeds a matched comparison used, where a row of the table pools more."""
+    if all(row["seeds"] == cell["seeds"] for row in rows):
+        return ""
+    return f"; seed{'s' if len(cell['seeds']) > 1 else ''} {', '.join(map(str, cell['seeds']))}"
+
+
+def lift_lines(records: list[dict], environments: list[str]) -> list[str]:
+    """Which RL methods beat the SFT start by at least 10 points with intervals that do not overlap, and how GiGPO
+    compares with StarPO-S; each comparison pools only the seeds both sides ran."""
+    table = cells(records)
     lines = []
     for environment in environments:
-        sft = table.get(("sft", environment))
-        if sft is None or not any((method, environment) in table for method in RL_METHODS):
+        if ("sft", environment) not in table or not any((m, environment) in table for m in RL_METHODS):
             continue
-        lifted = [
-            f"`{method}` (+{percent(cell['success'] - sft['success'])} points{seeds_differ(cell, sft)})"
-            for method in RL_METHODS
-            if (cell := table.get((method, environment))) is not None
-            and cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]
-        ]
+        lifted = []
+        for method in RL_METHODS:
+            pair = matched(records, method, "sft", environment)
+            if pair is None:
+                continue
+            cell, sft = pair
+            if cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]:
+                note = seeds_note(cell, table[(method, environment)])
+                lifted.append(f"`{method}` (+{percent(cell['success'] - sft['success'])} points{note})")
         verdict = ", ".join(lifted) if lifted else "no method"
         lines.append(f"- {environment}: {verdict} lifts success over the SFT start by at least 10 points with "
                      "non-overlapping intervals.")
     for environment in environments:
-        gigpo, starpo_s = table.get(("gigpo", environment)), table.get(("starpo-s", environment))
-        if gigpo is None or starpo_s is None:
+        pair = matched(records, "gigpo", "starpo-s", environment)
+        if pair is None:
             continue
+        gigpo, starpo_s = pair
         overlap = gigpo["low"] <= starpo_s["high"] and starpo_s["low"] <= gigpo["high"]
         lines.append(f"- {environment}: `gigpo` {percent(gigpo['success'])}% against `starpo-s` "
                      f"{percent(starpo_s['success'])}% on the same budget "
                      f"({'intervals overlap' if overlap else 'intervals do not overlap'}"
-                     f"{seeds_differ(gigpo, starpo_s)}).")
+                     f"{seeds_note(gigpo, table[('gigpo', environment)], table[('starpo-s', environment)])}).")
     return lines
-
-
-def seeds_differ(cell: dict, other: dict) -> str:
-    """A warning for a comparison of two cells pooled over different seeds, which is not a matched one."""
-    if cell["seeds"] == other["seeds"]:
-        return ""
-    return f"; seeds differ: {', '.join(map(str, cell['seeds']))} against {', '.join(map(str, other['seeds']))}"
 
 
 def rule_lines(records: list[dict]) -> list[str]:
@@ -675,7 +690,7 @@ def display_path(folder: Path) -> str:
     try:
         return str(folder.resolve().relative_to(ROOT))
     except ValueError:
-        return str(folder)
+        return str(folder.resolve())
 
 
 def curves_link(environment: str, folder: Path | None = None) -> str:
@@ -748,7 +763,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     records = args.records or (args.workdir / "smoke" / "records" if args.smoke else RECORDS)
     if args.table:
-        # another folder's records (an earlier sitting's) are printed, not written into docs/results.md
+        # another folder's records (an earlier sitting's) are printed with their curves, not written into results.md
         print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env

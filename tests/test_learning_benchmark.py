@@ -44,17 +44,16 @@ def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
     assert verdicts == ["- hotpotqa: `starpo-s` (+39 points) lifts success over the SFT start by at least 10 points "
                         "with non-overlapping intervals."]
 
-    # pooled over other seeds than the start's, a lift or a comparison is not a matched one, and says so
-    records += [record("sft", "hotpotqa", 20, seed=1), record("starpo-s", "hotpotqa", 45, seed=1)]
+    # a comparison pools only the seeds both sides ran, and names them where a row pools more
+    records += [record("sft", "hotpotqa", 30, seed=1), record("starpo-s", "hotpotqa", 36, seed=1),
+                record("starpo-s", "hotpotqa", 64, seed=2)]
     lines = [line for line in learning.markdown(records).splitlines() if line.startswith("- hotpotqa")]
+    # seeds 0-1: 81/128 [55-71] against 50/128 [31-48]; seed 0 alone for GiGPO: 25/64 [28-51] against 45/64 [58-80]
     assert lines == [
-        "- hotpotqa: `starpo-s` (+39 points) lifts success over the SFT start by at least 10 points with "
+        "- hotpotqa: `starpo-s` (+24 points; seeds 0, 1) lifts success over the SFT start by at least 10 points with "
         "non-overlapping intervals.",
-        "- hotpotqa: `gigpo` 39% against `starpo-s` 70% on the same budget (intervals do not overlap; seeds differ: 0 "
-        "against 0, 1).",
+        "- hotpotqa: `gigpo` 39% against `starpo-s` 70% on the same budget (intervals do not overlap; seed 0).",
     ]
-    records.append(record("starpo-s", "hotpotqa", 45, seed=2))
-    assert "(+39 points; seeds differ: 0, 1, 2 against 0, 1)" in learning.markdown(records)
 
 
 @pytest.mark.slow
