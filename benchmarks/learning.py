@@ -598,21 +598,28 @@ def lift_lines(records: list[dict], environments: list[str]) -> list[str]:
     for environment in environments:
         if ("sft", environment) not in table or not any((m, environment) in table for m in RL_METHODS):
             continue
-        lifted = []
+        lifted, unmatched = [], []
         for method in RL_METHODS:
+            if (method, environment) not in table:
+                continue
             pair = matched(records, method, "sft", environment)
             if pair is None:
+                unmatched.append(f"`{method}`")
                 continue
             cell, sft = pair
             if cell["success"] - sft["success"] >= 0.10 and cell["low"] > sft["high"]:
-                note = seeds_note(cell, table[(method, environment)])
+                note = seeds_note(cell, table[(method, environment)], table[("sft", environment)])
                 lifted.append(f"`{method}` (+{percent(cell['success'] - sft['success'])} points{note})")
         verdict = ", ".join(lifted) if lifted else "no method"
-        lines.append(f"- {environment}: {verdict} lifts success over the SFT start by at least 10 points with "
-                     "non-overlapping intervals.")
+        unmatched_note = f" ({', '.join(unmatched)}: no seed in common with it)" if unmatched else ""
+        lines.append(f"- {environment}: {verdict} lifts success over the SFT start{unmatched_note} by at least 10 "
+                     "points with non-overlapping intervals.")
     for environment in environments:
+        if ("gigpo", environment) not in table or ("starpo-s", environment) not in table:
+            continue
         pair = matched(records, "gigpo", "starpo-s", environment)
         if pair is None:
+            lines.append(f"- {environment}: `gigpo` and `starpo-s` have no seed in common, so are not compared.")
             continue
         gigpo, starpo_s = pair
         overlap = gigpo["low"] <= starpo_s["high"] and starpo_s["low"] <= gigpo["high"]

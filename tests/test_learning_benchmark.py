@@ -54,6 +54,17 @@ def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
         "non-overlapping intervals.",
         "- hotpotqa: `gigpo` 39% against `starpo-s` 70% on the same budget (intervals do not overlap; seed 0).",
     ]
+    # an SFT row with seeds the method lacks is named too; no seed in common means no comparison, said as such
+    alone = [record("sft", "minigrid", 20), record("sft", "minigrid", 60, seed=1), record("starpo-s", "minigrid", 45)]
+    assert "- minigrid: `starpo-s` (+39 points; seed 0) lifts" in learning.markdown(alone)
+    apart = [record("sft", "minigrid", 20), record("starpo-s", "minigrid", 45, seed=1), record("gigpo", "minigrid", 45,
+                                                                                                seed=2)]
+    lines = [line for line in learning.markdown(apart).splitlines() if line.startswith("- minigrid")]
+    assert lines == [
+        "- minigrid: no method lifts success over the SFT start (`starpo-s`, `gigpo`: no seed in common with it) by at "
+        "least 10 points with non-overlapping intervals.",
+        "- minigrid: `gigpo` and `starpo-s` have no seed in common, so are not compared.",
+    ]
 
 
 @pytest.mark.slow
