@@ -28,7 +28,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Success: on held-out tasks (ALFWorld's ``valid_unseen``, the ``test`` split elsewhere), the first
     ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run;
     95% Wilson intervals (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``) on the episodes pooled
-    over seeds. Learning curves: success and return of the training rollouts against the turns spent.
+    over seeds. Records keep each episode's outcome by task (since 2026-12-04), so that an RL method and the SFT
+    start, which play the same tasks, are also compared episode by episode: the exact McNemar test on the episodes
+    one side alone solved. Learning curves: success and return of the training rollouts against the turns spent.
 
 Runs and records
     Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>/`` (TRL
@@ -276,7 +278,8 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
     successes = sum(bool(t.success) for t in result.trajectories)
     return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
-            "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"]}
+            "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"],
+            "outcomes": {t.task_id: int(bool(t.success)) for t in result.trajectories}}
 
 
 def load_model(path: str):
@@ -300,7 +303,8 @@ def curve_point(turns: int, trajectories) -> list[float]:
 def train_preset(method, environment, column, scale, seed, start: Path, run_dir: Path):
     """Train the warm start with ``method``'s preset until the turn budget is spent; resumes from ``run_dir``."""
     from peft import LoraConfig
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback, TrainerState
+    from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import get_last_checkpoint
 
     from trl_starpo import StarPOConfig, StarPOTrainer, load_tasks
@@ -362,7 +366,9 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
     trainer = BudgetedTrainer(str(start), environment=environment, args=args, callbacks=[progress],
                               train_dataset=load_tasks(environment, split="train"), peft_config=lora)
     if last and progress.turns >= column.budget:
-        trainer._load_from_checkpoint(last)  # finished before its record was written: only the evaluation is left
+        # finished before its record was written: only the evaluation is left, and the training log is the saved one
+        trainer._load_from_checkpoint(last)
+        trainer.state = TrainerState.load_from_json(str(Path(last) / TRAINER_STATE_NAME))
     else:
         trainer.train(resume_from_checkpoint=last)
     means = training_means(trainer.state.log_history)
@@ -552,7 +558,7 @@ def markdown(records: list[dict], folder: Path | None = None) -> str:
             row.append("—" if cell is None else f"{percent(cell['success'])} [{percent(cell['low'])}–"
                        f"{percent(cell['high'])}] ({len(cell['seeds'])})")
         lines.append(f"| `{method}` | " + " | ".join(row) + " |")
-    lines += ["", *lift_lines(records, environments), *rule_lines(records), ""]
+    lines += ["", *lift_lines(records, environments), *paired_lines(records, environments), *rule_lines(records), ""]
     settings = {(r["environment"], r["setting"]) for r in records}
     mixed = sorted(e for e in environments if len({s for env, s in settings if env == e}) > 1)
     if mixed:
@@ -581,6 +587,41 @@ def matched(records: list[dict], method: str, other: str, environment: str) -> t
     if not seeds:
         return None
     return pooled([runs[method][s] for s in seeds]), pooled([runs[other][s] for s in seeds])
+
+
+def paired(records: list[dict], method: str, other: str, environment: str) -> dict | None:
+    """The episodes two methods played on the same task with the same seed, counted by which side alone solved
+    them, and the exact McNemar test of that split (``binomtest`` on the discordant episodes); None unless some
+    seed of both has per-episode outcomes (records made before they were kept have none)."""
+    from scipy.stats import binomtest
+
+    runs = {m: {r["seed"]: r["held_out"].get("outcomes") for r in records
+                if r["method"] == m and r["environment"] == environment} for m in (method, other)}
+    seeds = sorted(s for s in runs[method].keys() & runs[other].keys() if runs[method][s] and runs[other][s])
+    pairs = [(runs[method][s][task], runs[other][s][task]) for s in seeds
+             for task in runs[method][s].keys() & runs[other][s].keys()]
+    if not pairs:
+        return None
+    alone, other_alone = sum(a > b for a, b in pairs), sum(b > a for a, b in pairs)
+    discordant = alone + other_alone
+    p_value = binomtest(alone, discordant).pvalue if discordant else 1.0
+    return {"seeds": seeds, "episodes": len(pairs), "alone": alone, "other_alone": other_alone, "p": float(p_value)}
+
+
+def paired_lines(records: list[dict], environments: list[str]) -> list[str]:
+    """Each RL method against the SFT start episode by episode, where the records keep per-episode outcomes."""
+    lines = []
+    for environment in environments:
+        for method in RL_METHODS:
+            test = paired(records, method, "sft", environment)
+            if test is None:
+                continue
+            seeds = f"seed{'s' if len(test['seeds']) > 1 else ''} {', '.join(map(str, test['seeds']))}"
+            lines.append(f"- {environment}: `{method}` against the SFT start, episode by episode on the same tasks "
+                         f"({test['episodes']} episodes, {seeds}): "
+                         f"{test['alone']} solved by `{method}` alone, {test['other_alone']} by the start alone; "
+                         f"exact McNemar p = {test['p']:.2g}.")
+    return lines
 
 
 def seeds_note(cell: dict, *rows: dict) -> str:

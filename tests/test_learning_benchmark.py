@@ -67,6 +67,28 @@ def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
     ]
 
 
+def test_methods_are_paired_episode_by_episode_where_records_keep_outcomes(learning):
+    def record(method, seed, solved, tasks=16):
+        outcomes = {f"t{i}": int(i in solved) for i in range(tasks)}
+        return {"method": method, "environment": "minigrid", "seed": seed, "setting": "s", "curve": [], "scale": {},
+                "column": {"rollout": {}}, "turns": 0, "updates": 0, "commit": "c",
+                "held_out": {"successes": len(solved), "episodes": tasks, "outcomes": outcomes}}
+
+    # seed 0: tasks 0-9 solved by StarPO-S alone, 10-11 by the start alone, 12-13 by both; seed 1's start has no
+    # outcomes (recorded before they were kept), so seed 1 is left out; GiGPO shares no seed with the start
+    old_start = record("sft", 1, {0, 1})
+    del old_start["held_out"]["outcomes"]
+    records = [record("sft", 0, {10, 11, 12, 13}), record("starpo-s", 0, {*range(10), 12, 13}), old_start,
+               record("starpo-s", 1, {0}), record("gigpo", 2, {0})]
+    test = learning.paired(records, "starpo-s", "sft", "minigrid")
+    # exact McNemar: two-sided binomial on the 12 discordant episodes, 2 * (1 + 12 + 66) / 2**12
+    assert test == {"seeds": [0], "episodes": 16, "alone": 10, "other_alone": 2, "p": pytest.approx(158 / 4096)}
+    assert learning.paired(records, "gigpo", "sft", "minigrid") is None
+    assert learning.paired_lines(records, ["minigrid"]) == [
+        "- minigrid: `starpo-s` against the SFT start, episode by episode on the same tasks (16 episodes, seed 0): 10 "
+        "solved by `starpo-s` alone, 2 by the start alone; exact McNemar p = 0.039."]
+
+
 @pytest.mark.slow
 def test_every_row_resumes_and_the_table_comes_from_the_records(
     learning, counter_env, tiny_model_dir, tmp_path, monkeypatch
@@ -102,15 +124,22 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", original)
     resumed = learning.run_one("gigpo", counter_env, 0, **common)
     assert resumed["curve"][0] == saved[0] and resumed["turns"] >= column.budget > resumed["curve"][-2][0]
+    # a run that finished training but lost its record is only evaluated again, its training figures kept
+    learning.record_path(records, counter_env, "gigpo", 0).unlink()
+    evaluated_again = learning.run_one("gigpo", counter_env, 0, **common)
+    assert evaluated_again["curve"] == resumed["curve"] and resumed["training_means"]
+    assert evaluated_again["training_means"] == resumed["training_means"]
 
     for method in learning.METHODS:
         record = learning.run_one(method, counter_env, 0, **common)
         assert record["held_out"]["episodes"] == 2 and record["setting"] == resumed["setting"]
+        outcomes = record["held_out"]["outcomes"]
+        assert len(outcomes) == 2 and sum(outcomes.values()) == record["held_out"]["successes"]
         assert bool(record["curve"]) == (method not in ("random", "untrained", "sft"))
         if record["curve"]:
             assert record["turns"] >= column.budget
     assert len(list((work / "sft").iterdir())) == 1  # one warm start, shared by every method
-    assert learning.run_one("gigpo", counter_env, 0, **common) == resumed  # recorded: not run again
+    assert learning.run_one("gigpo", counter_env, 0, **common) == evaluated_again  # recorded: not run again
 
     block = learning.regenerate(records, results)
     text = results.read_text()
