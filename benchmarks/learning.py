@@ -28,9 +28,12 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Success: on held-out tasks (ALFWorld's ``valid_unseen``, the ``test`` split elsewhere), the first
     ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run;
     95% Wilson intervals (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``) on the episodes pooled
-    over seeds. Records keep each episode's outcome by task (since 2026-12-04), so that an RL method and the SFT
-    start, which play the same tasks, are also compared episode by episode: the exact McNemar test on the episodes
-    one side alone solved. Learning curves: success and return of the training rollouts against the turns spent.
+    over seeds. Every row plays in the precision its column trains in (bf16 autocast where ``Scale.bf16``, else
+    fp32); before 2026-12-04 only the trained rows did, the SFT and untrained rows playing in fp32, and the table
+    warns where a column's records mix the two. Records keep each episode's outcome by task (since 2026-12-04), so
+    that an RL method and the SFT start, which play the same tasks, are also compared episode by episode: the exact
+    McNemar test on the episodes one side alone solved. Learning curves: success and return of the training rollouts
+    against the turns spent.
 
 Runs and records
     Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>/`` (TRL
@@ -85,6 +88,7 @@ PRESET_METHODS = ("ppo", "starpo", "starpo-s", "starpo-s-ragen", "gigpo")
 RL_METHODS = ("ppo", "dpo", *PRESET_METHODS[1:])
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROGRESS_FILE = "learning_progress.json"
+BF16_AUTOCAST, FP32 = "bf16 autocast", "fp32"
 # trl_starpo.algorithms.critics' rules, named here because --table loads no torch (a test keeps the two equal)
 THINKING_SCALE_RULES = ("multiplicative", "sign_aware", "relative")
 # The rule of each preset with a thinking critic (trl_starpo.presets; a test keeps them equal). A run names the rule
@@ -265,7 +269,9 @@ def wilson(successes: int, episodes: int) -> tuple[float, float]:
 
 def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
     """Success of ``model`` (the random agent when None) on the first ``eval_episodes`` held-out tasks, one episode
-    each."""
+    each, in the precision the column's runs train in (bf16 autocast with ``scale.bf16``), whichever row it is."""
+    import torch
+
     from trl_starpo import load_tasks
     from trl_starpo.evaluation import ModelPolicy, RandomPolicy, evaluate
 
@@ -274,12 +280,28 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
     else:
         policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed)
     tasks = load_tasks(environment, split=column.held_out)
-    result = evaluate(policy, environment, tasks, scale.eval_episodes, environment_kwargs=column.environment_kwargs)
+    # a model fresh from training still runs under its trainer's autocast and one loaded from disk does not: the same
+    # context for both keeps every row of a column in one precision
+    device = model.device.type if model is not None else "cpu"
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=bool(scale.bf16)):
+        result = evaluate(policy, environment, tasks, scale.eval_episodes,
+                          environment_kwargs=column.environment_kwargs)
     successes = sum(bool(t.success) for t in result.trajectories)
     return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
             "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"],
+            "precision": BF16_AUTOCAST if scale.bf16 else FP32,
             "outcomes": {t.task_id: int(bool(t.success)) for t in result.trajectories}}
+
+
+def eval_precision(record: dict) -> str:
+    """The precision a record's held-out episodes were played in. Records made before they named it (2026-12-04)
+    played a preset's model fresh from training under its trainer's autocast, where the run trained in bf16; the
+    SFT and untrained rows' models, loaded from disk, and DPO's, merged out of the LoRA wrapper that carried the
+    autocast, played in fp32."""
+    if "precision" in record["held_out"]:
+        return record["held_out"]["precision"]
+    return BF16_AUTOCAST if record["scale"].get("bf16") and record["method"] in PRESET_METHODS else FP32
 
 
 def load_model(path: str):
@@ -563,6 +585,7 @@ def markdown(records: list[dict], folder: Path | None = None) -> str:
     mixed = sorted(e for e in environments if len({s for env, s in settings if env == e}) > 1)
     if mixed:
         lines += [f"Warning: the records of {', '.join(mixed)} come from different settings (see their `setting`).", ""]
+    lines += precision_lines(records, environments)
     if records:
         lines += ["Per run (held-out successes / episodes; turns of training and updates or DPO rounds; recorded "
                   "at commit):", "", "| environment | method | seed | held-out | turns | updates | commit |",
@@ -587,6 +610,22 @@ def matched(records: list[dict], method: str, other: str, environment: str) -> t
     if not seeds:
         return None
     return pooled([runs[method][s] for s in seeds]), pooled([runs[other][s] for s in seeds])
+
+
+def precision_lines(records: list[dict], environments: list[str]) -> list[str]:
+    """A warning for each column whose rows played their held-out episodes in different precisions."""
+    lines = []
+    for environment in environments:
+        methods_by_precision: dict[str, set] = {}
+        for record in records:
+            if record["environment"] == environment and record["method"] != "random":  # no model, no precision
+                methods_by_precision.setdefault(eval_precision(record), set()).add(record["method"])
+        if len(methods_by_precision) > 1:
+            parts = "; ".join(f"{precision}: " + ", ".join(f"`{m}`" for m in sorted(methods, key=METHODS.index))
+                              for precision, methods in sorted(methods_by_precision.items()))
+            lines += [f"Warning: the rows of {environment} played their held-out episodes in different precisions "
+                      f"({parts}).", ""]
+    return lines
 
 
 def paired(records: list[dict], method: str, other: str, environment: str) -> dict | None:

@@ -89,6 +89,45 @@ def test_methods_are_paired_episode_by_episode_where_records_keep_outcomes(learn
         "solved by `starpo-s` alone, 2 by the start alone; exact McNemar p = 0.039."]
 
 
+def test_every_row_plays_held_out_in_the_precision_its_column_trains_in(learning, counter_env, tiny_model_dir):
+    import dataclasses
+
+    import torch
+
+    column = learning.Column(held_out="test", budget=12, rollout=dict(max_turns=2, max_actions_per_turn=1,
+                             max_actions_per_trajectory=2, max_tokens_per_turn=8, max_context_length=256))
+    model, tokenizer = learning.load_model(tiny_model_dir)
+    autocast_seen = []
+    forward = model.forward
+    model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled("cpu")) or forward(
+        *args, **kwargs)
+    for bf16, precision in ((True, "bf16 autocast"), (False, "fp32")):
+        autocast_seen.clear()
+        scale = dataclasses.replace(learning.SMOKE, bf16=bf16, eval_episodes=2)
+        result = learning.held_out(model, tokenizer, counter_env, column, scale, seed=0)
+        assert result["precision"] == precision and result["episodes"] == 2
+        assert autocast_seen and set(autocast_seen) == {bf16}
+
+
+def test_the_table_warns_where_rows_played_in_different_precisions(learning):
+    def record(method, environment, bf16, precision=None):
+        held_out = {"successes": 1, "episodes": 2, **({"precision": precision} if precision else {})}
+        return {"method": method, "environment": environment, "seed": 0, "scale": {"bf16": bf16},
+                "held_out": held_out}
+
+    # records that name no precision: a preset's row of a bf16 run played under its trainer's autocast, a row loaded
+    # from disk or merged out of LoRA (DPO) in fp32; the random agent has no model and no precision
+    assert learning.eval_precision(record("starpo-s", "hotpotqa", True)) == "bf16 autocast"
+    assert learning.eval_precision(record("dpo", "hotpotqa", True)) == "fp32"
+    assert learning.eval_precision(record("sft", "hotpotqa", True)) == "fp32"
+    assert learning.eval_precision(record("starpo-s", "hotpotqa", False)) == "fp32"
+    records = [record("sft", "hotpotqa", True), record("gigpo", "hotpotqa", True), record("random", "minigrid", True),
+               record("sft", "minigrid", True, "bf16 autocast"), record("starpo-s", "minigrid", True)]
+    assert learning.precision_lines(records, ["hotpotqa", "minigrid"]) == [
+        "Warning: the rows of hotpotqa played their held-out episodes in different precisions "
+        "(bf16 autocast: `gigpo`; fp32: `sft`).", ""]
+
+
 @pytest.mark.slow
 def test_every_row_resumes_and_the_table_comes_from_the_records(
     learning, counter_env, tiny_model_dir, tmp_path, monkeypatch

@@ -292,6 +292,18 @@ def test_evaluate_episodes_averages_the_first_tasks(tmp_path, tiny_model_dir):
     assert trainer.model.training  # restored after evaluation
 
 
+@pytest.mark.parametrize("bf16", [True, False])
+def test_episodes_play_in_the_training_precision_before_training_as_after(tmp_path, tiny_model_dir, bf16):
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=make_args(tmp_path, bf16=bf16, max_steps=1),
+                            train_dataset=counter_tasks())
+    autocast_seen = []
+    forward = trainer.model.forward
+    trainer.model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled("cpu")) or forward(
+        *args, **kwargs)
+    trainer.evaluate_episodes(counter_tasks(2))  # before train(): the model has no autocast of its own yet
+    assert autocast_seen and set(autocast_seen) == {bf16}
+
+
 @pytest.mark.parametrize("fault", ["nan_advantage", "inf_gradient"])
 def test_a_non_finite_loss_or_gradient_skips_its_step_and_training_goes_on(tmp_path, tiny_agent_dir, fault, caplog):
     from transformers import TrainerCallback

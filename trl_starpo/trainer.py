@@ -208,8 +208,14 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
 
     @quiet_checkpointing_rename()
     def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
-        """Play one episode per task row with the current policy."""
+        """Play one episode per task row with the current policy, in the training's mixed precision.
+
+        The accelerator puts its autocast on the model's forward only once training has prepared the model, so an
+        evaluation before ``train()`` would otherwise play in fp32 and one after it in bf16: a before/after
+        comparison must not change precision.
+        """
         with (
+            self.accelerator.autocast(),
             unwrap_model_for_generation(
                 self.model_wrapped,
                 self.accelerator,
