@@ -301,7 +301,7 @@ def eval_precision(record: dict) -> str:
     autocast, played in fp32."""
     if "precision" in record["held_out"]:
         return record["held_out"]["precision"]
-    return BF16_AUTOCAST if record["scale"].get("bf16") and record["method"] in PRESET_METHODS else FP32
+    return BF16_AUTOCAST if record.get("scale", {}).get("bf16") and record["method"] in PRESET_METHODS else FP32
 
 
 def load_model(path: str):
@@ -648,17 +648,20 @@ def paired(records: list[dict], method: str, other: str, environment: str) -> di
 
 
 def paired_lines(records: list[dict], environments: list[str]) -> list[str]:
-    """Each RL method against the SFT start episode by episode, where the records keep per-episode outcomes."""
+    """Each RL method against the SFT start, and GiGPO against StarPO-S, episode by episode, where the records keep
+    per-episode outcomes."""
     lines = []
+    comparisons = [*((method, "sft") for method in RL_METHODS), ("gigpo", "starpo-s")]
     for environment in environments:
-        for method in RL_METHODS:
-            test = paired(records, method, "sft", environment)
+        for method, other in comparisons:
+            test = paired(records, method, other, environment)
             if test is None:
                 continue
             seeds = f"seed{'s' if len(test['seeds']) > 1 else ''} {', '.join(map(str, test['seeds']))}"
-            lines.append(f"- {environment}: `{method}` against the SFT start, episode by episode on the same tasks "
+            other_name, other_short = ("the SFT start", "the start") if other == "sft" else (f"`{other}`",) * 2
+            lines.append(f"- {environment}: `{method}` against {other_name}, episode by episode on the same tasks "
                          f"({test['episodes']} episodes, {seeds}): "
-                         f"{test['alone']} solved by `{method}` alone, {test['other_alone']} by the start alone; "
+                         f"{test['alone']} solved by `{method}` alone, {test['other_alone']} by {other_short} alone; "
                          f"exact McNemar p = {test['p']:.2g}.")
     return lines
 

@@ -79,14 +79,17 @@ def test_methods_are_paired_episode_by_episode_where_records_keep_outcomes(learn
     old_start = record("sft", 1, {0, 1})
     del old_start["held_out"]["outcomes"]
     records = [record("sft", 0, {10, 11, 12, 13}), record("starpo-s", 0, {*range(10), 12, 13}), old_start,
-               record("starpo-s", 1, {0}), record("gigpo", 2, {0})]
+               record("starpo-s", 1, {0}), record("gigpo", 2, {0}), record("gigpo", 1, {0, 1, 2})]
     test = learning.paired(records, "starpo-s", "sft", "minigrid")
     # exact McNemar: two-sided binomial on the 12 discordant episodes, 2 * (1 + 12 + 66) / 2**12
     assert test == {"seeds": [0], "episodes": 16, "alone": 10, "other_alone": 2, "p": pytest.approx(158 / 4096)}
     assert learning.paired(records, "gigpo", "sft", "minigrid") is None
     assert learning.paired_lines(records, ["minigrid"]) == [
         "- minigrid: `starpo-s` against the SFT start, episode by episode on the same tasks (16 episodes, seed 0): 10 "
-        "solved by `starpo-s` alone, 2 by the start alone; exact McNemar p = 0.039."]
+        "solved by `starpo-s` alone, 2 by the start alone; exact McNemar p = 0.039.",
+        # GiGPO meets StarPO-S on seed 1 (tasks 1 and 2 solved by GiGPO alone), not on seed 2 (no StarPO-S run)
+        "- minigrid: `gigpo` against `starpo-s`, episode by episode on the same tasks (16 episodes, seed 1): 2 solved "
+        "by `gigpo` alone, 0 by `starpo-s` alone; exact McNemar p = 0.5."]
 
 
 def test_every_row_plays_held_out_in_the_precision_its_column_trains_in(learning, counter_env, tiny_model_dir):
