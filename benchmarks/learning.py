@@ -29,11 +29,12 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run;
     95% Wilson intervals (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``) on the episodes pooled
     over seeds. Every row plays in the precision its column trains in (bf16 autocast where ``Scale.bf16``, else
-    fp32); before 2026-12-04 only the trained rows did, the SFT and untrained rows playing in fp32, and the table
-    warns where a column's records mix the two. Records keep each episode's outcome by task (since 2026-12-04), so
-    that an RL method and the SFT start, which play the same tasks, are also compared episode by episode: the exact
-    McNemar test on the episodes one side alone solved. Learning curves: success and return of the training rollouts
-    against the turns spent.
+    fp32); before 2026-12-04 only a preset's model evaluated in the process that trained it did, the SFT, untrained
+    and DPO rows playing in fp32, and the table warns where a column's records mix the two. Records keep each
+    episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the same tasks,
+    are also compared episode by episode: with the task as the unit (every seed plays the same tasks), the exact sign
+    test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return of the
+    training rollouts against the turns spent.
 
 Runs and records
     Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>/`` (TRL
@@ -298,19 +299,26 @@ def eval_precision(record: dict) -> str:
     """The precision a record's held-out episodes were played in. Records made before they named it (2026-12-04)
     played a preset's model fresh from training under its trainer's autocast, where the run trained in bf16; the
     SFT and untrained rows' models, loaded from disk, and DPO's, merged out of the LoRA wrapper that carried the
-    autocast, played in fp32."""
+    autocast, played in fp32 (as did a preset's run evaluated from its checkpoint, which no committed record
+    without a named precision was)."""
     if "precision" in record["held_out"]:
         return record["held_out"]["precision"]
     return BF16_AUTOCAST if record.get("scale", {}).get("bf16") and record["method"] in PRESET_METHODS else FP32
 
 
 def load_model(path: str):
+    """A saved model and its tokenizer, on the accelerator where there is one (where a trained model already is, so
+    that every row plays on the same device)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return AutoModelForCausalLM.from_pretrained(path), tokenizer
+    model = AutoModelForCausalLM.from_pretrained(path)
+    if torch.accelerator.is_available():
+        model = model.to(torch.accelerator.current_accelerator())
+    return model, tokenizer
 
 
 # -- training -------------------------------------------------------------------------------------------------------
@@ -629,22 +637,38 @@ def precision_lines(records: list[dict], environments: list[str]) -> list[str]:
 
 
 def paired(records: list[dict], method: str, other: str, environment: str) -> dict | None:
-    """The episodes two methods played on the same task with the same seed, counted by which side alone solved
-    them, and the exact McNemar test of that split (``binomtest`` on the discordant episodes); None unless some
-    seed of both has per-episode outcomes (records made before they were kept have none)."""
+    """Two methods episode by episode: the episodes each solved where the other did not, on the same task with the
+    same seed, and a test that takes the task as its unit. Every seed plays the same tasks, so a task's episodes are
+    not independent draws; each task's net gain over the seeds is counted instead, and the exact sign test
+    (``binomtest``) is applied to the tasks that gained and lost (with one seed, the exact McNemar test). Only seeds
+    where both sides kept per-episode outcomes (records before 2026-12-04 have none) and played in the same
+    precision count; None when there are none."""
     from scipy.stats import binomtest
 
-    runs = {m: {r["seed"]: r["held_out"].get("outcomes") for r in records
-                if r["method"] == m and r["environment"] == environment} for m in (method, other)}
-    seeds = sorted(s for s in runs[method].keys() & runs[other].keys() if runs[method][s] and runs[other][s])
-    pairs = [(runs[method][s][task], runs[other][s][task]) for s in seeds
-             for task in runs[method][s].keys() & runs[other][s].keys()]
-    if not pairs:
+    runs = {m: {r["seed"]: r for r in records if r["method"] == m and r["environment"] == environment}
+            for m in (method, other)}
+    net_by_task: dict[str, int] = {}
+    seeds, episodes, alone, other_alone = [], 0, 0, 0
+    for seed in sorted(runs[method].keys() & runs[other].keys()):
+        mine, theirs = runs[method][seed], runs[other][seed]
+        outcomes, other_outcomes = mine["held_out"].get("outcomes"), theirs["held_out"].get("outcomes")
+        if not outcomes or not other_outcomes or eval_precision(mine) != eval_precision(theirs):
+            continue
+        shared = outcomes.keys() & other_outcomes.keys()
+        if not shared:
+            continue
+        seeds.append(seed)
+        episodes += len(shared)
+        for task in shared:
+            difference = outcomes[task] - other_outcomes[task]
+            alone, other_alone = alone + (difference > 0), other_alone + (difference < 0)
+            net_by_task[task] = net_by_task.get(task, 0) + difference
+    if not seeds:
         return None
-    alone, other_alone = sum(a > b for a, b in pairs), sum(b > a for a, b in pairs)
-    discordant = alone + other_alone
-    p_value = binomtest(alone, discordant).pvalue if discordant else 1.0
-    return {"seeds": seeds, "episodes": len(pairs), "alone": alone, "other_alone": other_alone, "p": float(p_value)}
+    gained, lost = sum(n > 0 for n in net_by_task.values()), sum(n < 0 for n in net_by_task.values())
+    p_value = binomtest(gained, gained + lost).pvalue if gained + lost else 1.0
+    return {"seeds": seeds, "episodes": episodes, "alone": alone, "other_alone": other_alone,
+            "tasks_gained": gained, "tasks_lost": lost, "p": float(p_value)}
 
 
 def paired_lines(records: list[dict], environments: list[str]) -> list[str]:
@@ -662,7 +686,8 @@ def paired_lines(records: list[dict], environments: list[str]) -> list[str]:
             lines.append(f"- {environment}: `{method}` against {other_name}, episode by episode on the same tasks "
                          f"({test['episodes']} episodes, {seeds}): "
                          f"{test['alone']} solved by `{method}` alone, {test['other_alone']} by {other_short} alone; "
-                         f"exact McNemar p = {test['p']:.2g}.")
+                         f"by task over the seeds, {test['tasks_gained']} gained and {test['tasks_lost']} lost "
+                         f"(exact sign test p = {test['p']:.2g}).")
     return lines
 
 

@@ -68,28 +68,50 @@ def test_the_verdict_on_lift_is_given_only_where_rl_ran(learning):
 
 
 def test_methods_are_paired_episode_by_episode_where_records_keep_outcomes(learning):
-    def record(method, seed, solved, tasks=16):
+    def record(method, seed, solved, tasks=16, precision="bf16 autocast"):
         outcomes = {f"t{i}": int(i in solved) for i in range(tasks)}
         return {"method": method, "environment": "minigrid", "seed": seed, "setting": "s", "curve": [], "scale": {},
                 "column": {"rollout": {}}, "turns": 0, "updates": 0, "commit": "c",
-                "held_out": {"successes": len(solved), "episodes": tasks, "outcomes": outcomes}}
+                "held_out": {"successes": len(solved), "episodes": tasks, "outcomes": outcomes,
+                             "precision": precision}}
 
     # seed 0: tasks 0-9 solved by StarPO-S alone, 10-11 by the start alone, 12-13 by both; seed 1's start has no
-    # outcomes (recorded before they were kept), so seed 1 is left out; GiGPO shares no seed with the start
+    # outcomes (recorded before they were kept) and seed 3's played in another precision, so both are left out;
+    # GiGPO shares no seed with the start
     old_start = record("sft", 1, {0, 1})
     del old_start["held_out"]["outcomes"]
     records = [record("sft", 0, {10, 11, 12, 13}), record("starpo-s", 0, {*range(10), 12, 13}), old_start,
-               record("starpo-s", 1, {0}), record("gigpo", 2, {0}), record("gigpo", 1, {0, 1, 2})]
+               record("starpo-s", 1, {0}), record("sft", 3, set(), precision="fp32"), record("starpo-s", 3, {0}),
+               record("gigpo", 2, {0}), record("gigpo", 1, {0, 1, 2})]
     test = learning.paired(records, "starpo-s", "sft", "minigrid")
-    # exact McNemar: two-sided binomial on the 12 discordant episodes, 2 * (1 + 12 + 66) / 2**12
-    assert test == {"seeds": [0], "episodes": 16, "alone": 10, "other_alone": 2, "p": pytest.approx(158 / 4096)}
+    # with one seed the sign test is the exact McNemar test: two-sided binomial on the 12 discordant episodes,
+    # 2 * (1 + 12 + 66) / 2**12
+    assert test == {"seeds": [0], "episodes": 16, "alone": 10, "other_alone": 2, "tasks_gained": 10, "tasks_lost": 2,
+                    "p": pytest.approx(158 / 4096)}
     assert learning.paired(records, "gigpo", "sft", "minigrid") is None
     assert learning.paired_lines(records, ["minigrid"]) == [
         "- minigrid: `starpo-s` against the SFT start, episode by episode on the same tasks (16 episodes, seed 0): 10 "
-        "solved by `starpo-s` alone, 2 by the start alone; exact McNemar p = 0.039.",
+        "solved by `starpo-s` alone, 2 by the start alone; by task over the seeds, 10 gained and 2 lost (exact sign "
+        "test p = 0.039).",
         # GiGPO meets StarPO-S on seed 1 (tasks 1 and 2 solved by GiGPO alone), not on seed 2 (no StarPO-S run)
         "- minigrid: `gigpo` against `starpo-s`, episode by episode on the same tasks (16 episodes, seed 1): 2 solved "
-        "by `gigpo` alone, 0 by `starpo-s` alone; exact McNemar p = 0.5."]
+        "by `gigpo` alone, 0 by `starpo-s` alone; by task over the seeds, 2 gained and 0 lost (exact sign test "
+        "p = 0.5)."]
+
+
+def test_the_paired_test_takes_the_task_as_its_unit(learning):
+    def record(method, seed, solved):
+        return {"method": method, "environment": "hotpotqa", "seed": seed, "scale": {"bf16": False},
+                "held_out": {"outcomes": {task: int(task in solved) for task in ("a", "b", "c", "d")}}}
+
+    # task a: gained on all three seeds; b: gained once and lost once (net 0, not counted); c: lost once; d: tied
+    records = [record("sft", 0, {"c"}), record("starpo-s", 0, {"a", "b"}),
+               record("sft", 1, {"b"}), record("starpo-s", 1, {"a"}),
+               record("sft", 2, set()), record("starpo-s", 2, {"a"})]
+    test = learning.paired(records, "starpo-s", "sft", "hotpotqa")
+    # four episodes solved by StarPO-S alone and two by the start alone, but by task one gain and one loss: p = 1
+    assert test == {"seeds": [0, 1, 2], "episodes": 12, "alone": 4, "other_alone": 2, "tasks_gained": 1,
+                    "tasks_lost": 1, "p": 1.0}
 
 
 def test_every_row_plays_held_out_in_the_precision_its_column_trains_in(learning, counter_env, tiny_model_dir):
@@ -171,6 +193,7 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     evaluated_again = learning.run_one("gigpo", counter_env, 0, **common)
     assert evaluated_again["curve"] == resumed["curve"] and resumed["training_means"]
     assert evaluated_again["training_means"] == resumed["training_means"]
+    assert evaluated_again["held_out"] == resumed["held_out"]  # the same precision in and out of the training process
 
     for method in learning.METHODS:
         record = learning.run_one(method, counter_env, 0, **common)

@@ -293,14 +293,23 @@ def test_evaluate_episodes_averages_the_first_tasks(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_episodes_play_in_the_training_precision_before_training_as_after(tmp_path, tiny_model_dir, bf16):
+def test_episodes_play_in_the_training_precision_before_training_as_after(tmp_path, tiny_model_dir, bf16,
+                                                                          monkeypatch):
+    from trl_starpo import config as config_module
+
+    monkeypatch.setattr(config_module, "cpu_computes_bf16", lambda: True)  # keep bf16 on a CPU without bf16 units
     trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=make_args(tmp_path, bf16=bf16, max_steps=1),
                             train_dataset=counter_tasks())
-    autocast_seen = []
+    assert trainer.args.bf16 == bf16
+    device, autocast_seen = trainer.accelerator.device.type, []
     forward = trainer.model.forward
-    trainer.model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled("cpu")) or forward(
+    trainer.model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled(device)) or forward(
         *args, **kwargs)
     trainer.evaluate_episodes(counter_tasks(2))  # before train(): the model has no autocast of its own yet
+    assert autocast_seen and set(autocast_seen) == {bf16}
+    trainer.train()
+    autocast_seen.clear()
+    trainer.evaluate_episodes(counter_tasks(2))
     assert autocast_seen and set(autocast_seen) == {bf16}
 
 
