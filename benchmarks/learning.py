@@ -37,9 +37,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     training rollouts against the turns spent.
 
 Runs and records
-    Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>/`` (TRL
-    checkpoints every ``save_every`` updates, or DPO's rounds) and resumes from there when restarted with the same
-    settings; a finished run writes its record, a small JSON file, to
+    Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>-<key>/``, one
+    folder per setting (TRL checkpoints every ``save_every`` updates, or DPO's rounds), and resumes from there when
+    restarted with the same settings; a finished run writes its record, a small JSON file, to
     ``benchmarks/learning_runs/<environment>/<method>-seed<seed>.json`` (held-out success, the curve, the settings'
     key, the commit). ``--table`` rebuilds docs/results.md's table and ``docs/learning_<environment>.png`` from the
     committed records alone; ``--table --records <folder>`` prints another folder's table (a sitting with another
@@ -67,7 +67,6 @@ import hashlib
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -165,6 +164,7 @@ class Scale:
     learning_rate: float = 3e-4
     num_iterations: int = 1  # optimizer passes over each rollout batch (GRPOConfig.num_iterations; RL presets only)
     thinking_scale_rule: str | None = None  # StarPOConfig.thinking_scale_rule; None: the preset's (RL presets only)
+    advantage_estimator: str | None = None  # StarPOConfig.advantage_estimator; None: the preset's (an ablation knob)
     lora_r: int = 16
     sft_learning_rate: float = 1e-3
     dpo_learning_rate: float = 5e-5
@@ -190,7 +190,8 @@ SMOKE = Scale(eval_episodes=2, tasks_per_update=1, num_generations=2, micro_batc
 def setting_key(environment: str, column: Column, scale: Scale, model: str) -> str:
     """A short hash of everything a run's result depends on (the method and seed aside)."""
     scale_fields = dataclasses.asdict(scale)
-    for name, defaults in (("num_iterations", (1,)), ("thinking_scale_rule", (None, FORMER_THINKING_SCALE_RULE))):
+    for name, defaults in (("num_iterations", (1,)), ("thinking_scale_rule", (None, FORMER_THINKING_SCALE_RULE)),
+                           ("advantage_estimator", (None,))):
         if scale_fields[name] in defaults:
             del scale_fields[name]  # added later: records made before it keep their key
     blob = json.dumps([environment, dataclasses.asdict(column), scale_fields, model], sort_keys=True)
@@ -391,6 +392,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         report_to="none",
         environment_kwargs=column.environment_kwargs, **column.rollout,
         **({"thinking_scale_rule": scale.thinking_scale_rule} if scale.thinking_scale_rule else {}),
+        **({"advantage_estimator": scale.advantage_estimator} if scale.advantage_estimator else {}),
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
     trainer = BudgetedTrainer(str(start), environment=environment, args=args, callbacks=[progress],
@@ -477,13 +479,9 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
             return recorded
     started = time.time()
     torch.manual_seed(seed)
-    run_dir = workdir / "runs" / environment / f"{method}-seed{seed}"
-    marker = run_dir / "setting.json"
-    made_as = json.loads(marker.read_text()) if marker.is_file() else {}
-    if run_dir.is_dir() and (made_as.get("setting") != key or made_as.get("thinking_scale_rule") != rule):
-        shutil.rmtree(run_dir)  # made with other settings: start again
+    run_dir = run_directory(workdir, environment, method, seed, key, rule)
     run_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
+    (run_dir / "setting.json").write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
 
     curve: list = []
     means: dict = {}
@@ -522,6 +520,19 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     print(f"[{environment}] {method} seed {seed}: held-out success {result['success']:.3f} "
           f"({result['successes']}/{result['episodes']}) -> {path}", flush=True)
     return record
+
+
+def run_directory(workdir: Path, environment: str, method: str, seed: int, key: str, rule: str | None) -> Path:
+    """Where a run of these settings keeps its checkpoints: a folder of its own for each setting and rule, so that a
+    run of other settings (another budget, an ablation) leaves the checkpoints of this one to evaluate again. Runs
+    made before folders were named by setting (``<method>-seed<seed>``, their settings in ``setting.json``) keep
+    theirs."""
+    name = f"{method}-seed{seed}"
+    earlier = workdir / "runs" / environment / name
+    marker = earlier / "setting.json"
+    if marker.is_file() and json.loads(marker.read_text()) == {"setting": key, "thinking_scale_rule": rule}:
+        return earlier
+    return workdir / "runs" / environment / "-".join([name, key, *([rule] if rule else [])])
 
 
 def git_state() -> tuple[str, str]:
@@ -856,6 +867,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="How the thinking critic scales advantages in the RL presets (StarPOConfig."
                              "thinking_scale_rule; default: the preset's). Records of another rule belong in their "
                              "own --records folder.")
+    parser.add_argument("--advantage-estimator",
+                        help="An ablation: the advantage estimator of the RL presets (StarPOConfig."
+                             "advantage_estimator, e.g. gigpo with --method starpo-s; default: each preset's). Records "
+                             "of an ablation belong in their own --records folder.")
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
@@ -872,6 +887,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--num-iterations must be at least 1, got {args.num_iterations}")
     if not args.learning_rate > 0:
         parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
+    if args.advantage_estimator and not args.table:
+        from trl_starpo.config import ADVANTAGE_ESTIMATORS
+
+        if args.advantage_estimator not in ADVANTAGE_ESTIMATORS:
+            parser.error(f"--advantage-estimator must be one of {', '.join(ADVANTAGE_ESTIMATORS)}, got "
+                         f"{args.advantage_estimator!r}")
     if args.threads:
         import torch
 
@@ -894,7 +915,7 @@ def main(argv: list[str] | None = None) -> None:
         environment, method, seed = runs[0]
         column = COLUMNS[environment]
         chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule,
-                      learning_rate=args.learning_rate)
+                      advantage_estimator=args.advantage_estimator, learning_rate=args.learning_rate)
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
@@ -913,6 +934,7 @@ def main(argv: list[str] | None = None) -> None:
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
+    forwarded += ["--advantage-estimator", args.advantage_estimator] if args.advantage_estimator else []
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     failed = []
     for environment, method, seed in runs:

@@ -182,7 +182,7 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", dies_on_the_second_generation)
     with pytest.raises(KeyboardInterrupt):
         learning.run_one("gigpo", counter_env, 0, **common)
-    run_dir = work / "runs" / counter_env / "gigpo-seed0"
+    run_dir, = (work / "runs" / counter_env).glob("gigpo-seed0-*")  # the folder of these settings
     saved = json.loads((run_dir / "checkpoint-1" / learning.PROGRESS_FILE).read_text())
     assert len(saved) == 1
     monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", original)
@@ -259,10 +259,24 @@ def test_committed_records_keep_their_setting_key(learning):
     column = learning.COLUMNS["hotpotqa"]
     default = learning.setting_key("hotpotqa", column, learning.Scale(), "m")
     for changed in (learning.Scale(num_iterations=2), learning.Scale(thinking_scale_rule="multiplicative"),
-                    learning.Scale(learning_rate=1e-3)):
+                    learning.Scale(learning_rate=1e-3), learning.Scale(advantage_estimator="gigpo")):
         assert learning.setting_key("hotpotqa", column, changed, "m") != default
     # starpo-s's records from before its rule became multiplicative name none: naming theirs keeps the key
     assert learning.setting_key("hotpotqa", column, learning.Scale(thinking_scale_rule="sign_aware"), "m") == default
+
+
+def test_each_setting_keeps_its_own_run_folder(learning, tmp_path):
+    runs = tmp_path / "runs" / "minigrid"
+    earlier = runs / "starpo-s-seed1"  # made before run folders were named by setting
+    earlier.mkdir(parents=True)
+    (earlier / "setting.json").write_text(json.dumps({"setting": "abc", "thinking_scale_rule": "multiplicative"}))
+    assert learning.run_directory(tmp_path, "minigrid", "starpo-s", 1, "abc", "multiplicative") == earlier
+    # another budget, rule or ablation gets a folder of its own and leaves the earlier checkpoints alone
+    assert learning.run_directory(tmp_path, "minigrid", "starpo-s", 1, "def", "multiplicative") == (
+        runs / "starpo-s-seed1-def-multiplicative")
+    assert learning.run_directory(tmp_path, "minigrid", "starpo-s", 1, "abc", "relative") == (
+        runs / "starpo-s-seed1-abc-relative")
+    assert learning.run_directory(tmp_path, "minigrid", "gigpo", 0, "abc", None) == runs / "gigpo-seed0-abc"
 
 
 def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tmp_path):
@@ -280,6 +294,32 @@ def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tm
                                                                    learning.Scale.dpo_learning_rate)
     with pytest.raises(SystemExit):
         learning.main(["--method", "starpo-s", "--learning-rate", "0", "--records", str(tmp_path)])
+
+
+def test_an_ablation_swaps_the_presets_advantage_estimator(learning, monkeypatch, tmp_path):
+    import trl_starpo
+
+    chosen, configured = [], {}
+    monkeypatch.setattr(learning, "run_one", lambda *args, scale, **_: chosen.append(scale) or dict(
+        updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
+    learning.main(["--env", "hotpotqa", "--method", "starpo-s", "--advantage-estimator", "gigpo", "--records",
+                   str(tmp_path)])
+    assert chosen[0].advantage_estimator == "gigpo"
+    with pytest.raises(SystemExit):
+        learning.main(["--method", "starpo-s", "--advantage-estimator", "gipgo", "--records", str(tmp_path)])
+
+    class Configured(Exception):
+        pass
+
+    def configure(**kwargs):
+        configured.update(kwargs)
+        raise Configured
+
+    monkeypatch.setattr(trl_starpo, "StarPOConfig", configure)
+    with pytest.raises(Configured):
+        learning.train_preset("starpo-s", "hotpotqa", learning.COLUMNS["hotpotqa"], chosen[0], 0, tmp_path,
+                              tmp_path / "run")
+    assert configured["preset"] == "starpo-s" and configured["advantage_estimator"] == "gigpo"
 
 
 def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
@@ -358,7 +398,7 @@ def budgeted_run(learning, environment, method, num_iterations, model, tmp_path,
     scale = learning.dataclasses.replace(learning.SMOKE, num_iterations=num_iterations, **scale_fields)
     record = learning.run_one(method, environment, 0, scale=scale, model=model, workdir=tmp_path / "work",
                               records=tmp_path / "records", column=column)
-    checkpoints = (tmp_path / "work" / "runs" / environment / f"{method}-seed0").glob("checkpoint-*/trainer_state.json")
+    checkpoints = (tmp_path / "work" / "runs" / environment).glob(f"{method}-seed0-*/checkpoint-*/trainer_state.json")
     last = max(checkpoints, key=lambda p: int(p.parent.name.split("-")[1]))
     assert record["turns"] >= column.budget > record["curve"][-2][0]  # stopped at the first batch over the budget
     return record, json.loads(last.read_text())
