@@ -272,22 +272,18 @@ def wilson(successes: int, episodes: int) -> tuple[float, float]:
 def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
     """Success of ``model`` (the random agent when None) on the first ``eval_episodes`` held-out tasks, one episode
     each, in the precision the column's runs train in (bf16 autocast with ``scale.bf16``), whichever row it is."""
-    import torch
-
     from trl_starpo import load_tasks
     from trl_starpo.evaluation import ModelPolicy, RandomPolicy, evaluate
 
     if model is None:
         policy = RandomPolicy(rollout_settings(column), seed=seed)
     else:
-        policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed)
+        # a model fresh from training runs under its trainer's autocast and one loaded from disk does not: the policy's
+        # own keeps every row of a column in one precision
+        policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed,
+                             bf16=bool(scale.bf16))
     tasks = load_tasks(environment, split=column.held_out)
-    # a model fresh from training still runs under its trainer's autocast and one loaded from disk does not: the same
-    # context for both keeps every row of a column in one precision
-    device = model.device.type if model is not None else "cpu"
-    with torch.autocast(device, dtype=torch.bfloat16, enabled=bool(scale.bf16)):
-        result = evaluate(policy, environment, tasks, scale.eval_episodes,
-                          environment_kwargs=column.environment_kwargs)
+    result = evaluate(policy, environment, tasks, scale.eval_episodes, environment_kwargs=column.environment_kwargs)
     successes = sum(bool(t.success) for t in result.trajectories)
     return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),

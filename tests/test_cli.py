@@ -360,6 +360,21 @@ def test_eval_refuses_a_context_too_short_for_the_prompt(registered, capsys, tin
                      r"raise it to at least \d+\.$", line), line
 
 
+def test_eval_and_play_pass_bf16_to_the_model_policy(registered, monkeypatch, tiny_agent_dir):
+    from trl_starpo import evaluation
+    from trl_starpo.cli import main
+
+    asked = []
+    init = evaluation.ModelPolicy.__init__
+    monkeypatch.setattr(evaluation.ModelPolicy, "__init__",
+                        lambda self, *args, **kwargs: asked.append(kwargs["bf16"]) or init(self, *args, **kwargs))
+    limits = ["--max-turns", "1", "--max-tokens-per-turn", "4", "--no-progress"]
+    assert main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "1", "--bf16", *limits]) == 0
+    assert main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "1", *limits]) == 0
+    assert main(["play", "--env", NAME, "--model", tiny_agent_dir, "--bf16", *limits[:-1]]) == 0
+    assert asked == [True, False, True]
+
+
 def test_eval_caps_the_actions_of_an_episode_and_reports_a_wilson_interval(env_path):
     # Validation targets are 1, 2, 3, 1, 2, 3: with one action an episode the expert reaches only the 1s.
     done = cli(env_path, "eval", "--env", NAME, "--policy", "expert", "--max-actions-per-trajectory", "1", "--json")

@@ -6,6 +6,7 @@ import math
 import warnings
 
 import pytest
+import torch
 from conftest import CounterEnv
 from starpo_testenv import task_rows
 
@@ -122,6 +123,19 @@ def test_model_policy_plays_like_training_and_is_reproducible(counter_env, tiny_
     assert all(t.token_ids[: t.prompt_length] for t in first.trajectories)
     greedy = ModelPolicy(model, tokenizer, settings, temperature=0.0)
     assert not greedy.generation_config.do_sample
+
+
+def test_model_policy_plays_in_the_precision_asked(counter_env, tiny_agent_dir):
+    # a model loaded from disk has no autocast of its own: bf16=True gives it the one a bf16 run collects under
+    model, tokenizer = load_agent(tiny_agent_dir, device="cpu")
+    forward, autocast_seen = model.forward, []
+    model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled("cpu")) or forward(
+        *args, **kwargs)
+    settings = RolloutSettings(max_turns=1, max_tokens_per_turn=4, max_context_length=512)
+    for bf16 in (True, False):
+        autocast_seen.clear()
+        evaluate(ModelPolicy(model, tokenizer, settings, bf16=bf16), counter_env, task_rows("validation", 2))
+        assert autocast_seen and set(autocast_seen) == {bf16}
 
 
 def test_load_agent_errors_and_adapters(tmp_path, tiny_agent_dir):

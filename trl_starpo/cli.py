@@ -157,6 +157,7 @@ def _eval(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             device=args.device,
             dtype=args.dtype,
+            bf16=args.bf16,
         )
         for name in environments:
             result = evaluate(
@@ -240,7 +241,8 @@ def _play(args: argparse.Namespace) -> int:
 
         settings = _settings(args, resolve_model_path(args.model))
         policy = make_policy("model", model=args.model, settings=settings, seed=args.seed,
-                             temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype)
+                             temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype,
+                             bf16=args.bf16)
         trajectory = play_model(policy, args.env, task, environment_kwargs=env_kwargs)
     else:
         settings = _settings(args, None)
@@ -424,6 +426,8 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
     group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    group.add_argument("--bf16", action="store_true",
+                       help="play under bf16 autocast, as a run trained with --bf16 true collects its rollouts")
     parser.add_argument("--seed", type=int, default=0, help="seeds sampling and the random policy")
 
 

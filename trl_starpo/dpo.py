@@ -275,7 +275,7 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
         first = (number - 1) * args.tasks_per_round
         rows = [dict(tasks[order[(first + j) % len(order)]]) for j in range(args.tasks_per_round)]
         policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature,
-                             seed=args.seed * 1_000_003 + number * 10_007)
+                             seed=args.seed * 1_000_003 + number * 10_007, bf16=args.bf16)
         played = evaluate(policy, environment, [row for row in rows for _ in range(args.num_generations)],
                           environment_kwargs=args.environment_kwargs)
         pairs = preference_pairs(played.trajectories)

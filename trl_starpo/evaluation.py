@@ -44,12 +44,15 @@ class ModelPolicy:
         batch_size: Episodes generated together.
         seed: Seeds torch's generator before each batch (with the batch's first episode index), so results do not
             depend on what ran before; ``None`` leaves it alone.
+        bf16: Play under bf16 autocast on the model's device, the precision a run with ``bf16=True`` trains and
+            collects in. A model loaded from disk or merged out of LoRA has no autocast of its own, so without this
+            it plays in its weights' dtype; sampled success can differ between the two.
     """
 
     name = "model"
 
     def __init__(self, model, tokenizer, settings: RolloutSettings | None = None, *, temperature: float = 1.0,
-                 top_p: float = 1.0, batch_size: int = 16, seed: int | None = 0):
+                 top_p: float = 1.0, batch_size: int = 16, seed: int | None = 0, bf16: bool = False):
         from transformers import GenerationConfig
 
         from .rollout.collector import RolloutCollector
@@ -62,6 +65,7 @@ class ModelPolicy:
         self.settings = settings or RolloutSettings()
         self.batch_size = batch_size
         self.seed = seed
+        self.bf16 = bf16
         self.collector = RolloutCollector.from_config(tokenizer, self.settings)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 else {}
         self.generation_config = GenerationConfig(**(sampling or dict(do_sample=False)))
@@ -91,7 +95,7 @@ class ModelPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 trajectories = self.collector.collect(environments, tasks, generator, groups)
         finally:
             self.model.train(was_training)
@@ -405,6 +409,7 @@ def make_policy(
     batch_size: int = 16,
     device: str | None = None,
     dtype: str | None = None,
+    bf16: bool = False,
 ) -> ModelPolicy | ScriptedPolicy:
     """Build a policy by name (``model``, ``random`` or ``expert``); only ``model`` loads weights."""
     if kind not in POLICIES:
@@ -415,5 +420,5 @@ def make_policy(
         return ExpertPolicy(settings, seed=seed)
     loaded, tokenizer = load_agent(model, device=device, dtype=dtype)
     return ModelPolicy(
-        loaded, tokenizer, settings, temperature=temperature, top_p=top_p, batch_size=batch_size, seed=seed
+        loaded, tokenizer, settings, temperature=temperature, top_p=top_p, batch_size=batch_size, seed=seed, bf16=bf16
     )

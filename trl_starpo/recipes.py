@@ -230,9 +230,8 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         )
         record.training["sft_demonstrations"] = len(demonstrations)
         if recipe.eval_episodes:
-            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0)
-            with trainer.accelerator.autocast():  # the merged model lost the trainer's; RL recipes play under it
-                results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
+            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0, bf16=args.bf16)
+            results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
             record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
                                  "temperature": 1.0, "after": results[recipe.eval_splits[0]]}
         record.save(args.output_dir)
@@ -297,7 +296,7 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     def validate(when: str) -> dict[str, dict[str, float]]:
         if not recipe.eval_episodes:
             return {}
-        policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature)
+        policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature, bf16=args.bf16)
         return evaluate_splits(policy, environment, recipe, args.environment_kwargs, when)
 
     before = validate("before DPO")
