@@ -134,6 +134,22 @@ def test_every_row_plays_held_out_in_the_precision_its_column_trains_in(learning
         assert autocast_seen and set(autocast_seen) == {bf16}
 
 
+def test_held_out_refuses_a_split_that_repeats_task_ids(learning, counter_env, tiny_model_dir, monkeypatch):
+    import dataclasses
+
+    import trl_starpo
+    from starpo_testenv import task_rows
+
+    column = learning.Column(held_out="test", budget=12, rollout=dict(max_turns=1, max_actions_per_turn=1,
+                             max_actions_per_trajectory=1, max_tokens_per_turn=4, max_context_length=256))
+    model, tokenizer = learning.load_model(tiny_model_dir)
+    monkeypatch.setattr(trl_starpo, "load_tasks",
+                        lambda *args, **kwargs: [dict(row, task_id="same") for row in task_rows("test", 2)])
+    scale = dataclasses.replace(learning.SMOKE, eval_episodes=2)
+    with pytest.raises(ValueError, match="repeats task ids; each held-out row needs its own"):
+        learning.held_out(model, tokenizer, counter_env, column, scale, seed=0)
+
+
 def test_the_table_warns_where_rows_played_in_different_precisions(learning):
     def record(method, environment, bf16, precision=None):
         held_out = {"successes": 1, "episodes": 2, **({"precision": precision} if precision else {})}
