@@ -30,7 +30,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     95% Wilson intervals (``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``) on the episodes pooled
     over seeds. Every row plays in the precision its column trains in (bf16 autocast where ``Scale.bf16``, else
     fp32); before 2026-12-04 only a preset's model evaluated in the process that trained it did, the SFT, untrained
-    and DPO rows playing in fp32, and the table warns where a column's records mix the two. Records keep each
+    and DPO rows playing in fp32, and the table warns where a column's records mix the two; DPO's rounds, which
+    had played its merged models in fp32, play in the column's precision too (``collection_precision``). Records
+    keep each
     episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the same tasks,
     are also compared episode by episode: with the task as the unit (every seed plays the same tasks), the exact sign
     test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return of the
@@ -222,6 +224,19 @@ def recorded_rule(record: dict) -> str | None:
     return record["scale"].get("thinking_scale_rule") or FORMER_THINKING_SCALE_RULE
 
 
+def collection_precision(method: str, bf16: bool | None) -> str | None:
+    """The precision an RL run plays its training episodes in (None for rows that train on none)."""
+    return (BF16_AUTOCAST if bf16 else FP32) if method in RL_METHODS else None
+
+
+def recorded_collection_precision(record: dict) -> str | None:
+    """The precision a recorded run played its training episodes in. DPO's rounds played the models it loaded or
+    merged out of LoRA, which have no trainer autocast, in fp32 until 2026-12-04."""
+    if "collection_precision" in record:
+        return record["collection_precision"]
+    return FP32 if record["method"] == "dpo" else collection_precision(record["method"], record["scale"].get("bf16"))
+
+
 # -- the warm start and evaluation ---------------------------------------------------------------------------------
 
 
@@ -271,10 +286,22 @@ def wilson(successes: int, episodes: int) -> tuple[float, float]:
     return float(interval.low), float(interval.high)
 
 
+def held_out_tasks(environment: str, column: Column, scale: Scale) -> list[dict]:
+    """The held-out rows every run of a column plays: the first ``eval_episodes`` of its held-out split, each with a
+    task id of its own (``paired`` matches runs task by task)."""
+    from trl_starpo import load_tasks
+
+    tasks = load_tasks(environment, split=column.held_out)
+    rows = [dict(tasks[i]) for i in range(min(scale.eval_episodes, len(tasks)))]
+    if len({str(row.get("task_id", i)) for i, row in enumerate(rows)}) != len(rows):
+        raise ValueError(f"The {column.held_out} split of {environment} repeats task ids; each held-out row needs "
+                         "its own.")
+    return rows
+
+
 def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
     """Success of ``model`` (the random agent when None) on the first ``eval_episodes`` held-out tasks, one episode
     each, in the precision the column's runs train in (bf16 autocast with ``scale.bf16``), whichever row it is."""
-    from trl_starpo import load_tasks
     from trl_starpo.evaluation import ModelPolicy, RandomPolicy, evaluate
 
     if model is None:
@@ -284,13 +311,10 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
         # own keeps every row of a column in one precision
         policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed,
                              bf16=bool(scale.bf16))
-    tasks = load_tasks(environment, split=column.held_out)
-    result = evaluate(policy, environment, tasks, scale.eval_episodes, environment_kwargs=column.environment_kwargs)
+    result = evaluate(policy, environment, held_out_tasks(environment, column, scale),
+                      environment_kwargs=column.environment_kwargs)
     successes = sum(bool(t.success) for t in result.trajectories)
     outcomes = {t.task_id: int(bool(t.success)) for t in result.trajectories}
-    if len(outcomes) != result.episodes:  # paired() matches runs task by task
-        raise ValueError(f"The {column.held_out} split of {environment} repeats task ids; each held-out row needs "
-                         "its own.")
     return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
             "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"],
@@ -477,8 +501,10 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     path = record_path(records, environment, method, seed)
     if path.is_file():
         recorded = json.loads(path.read_text())
-        if recorded.get("setting") == key and recorded_rule(recorded) == rule:
+        if (recorded.get("setting") == key and recorded_rule(recorded) == rule
+                and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
             return recorded
+    held_out_tasks(environment, column, scale)  # a split that cannot be evaluated fails before any training
     started = time.time()
     torch.manual_seed(seed)
     run_dir = run_directory(workdir, environment, method, seed, key, rule)
@@ -508,7 +534,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     commit, dirty = git_state()
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
-        "model": model_name,
+        "collection_precision": collection_precision(method, scale.bf16), "model": model_name,
         "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
         "updates": len(curve), "budget": column.budget, "curve": curve, "training_means": means,
         "column": dataclasses.asdict(column),

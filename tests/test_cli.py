@@ -368,11 +368,13 @@ def test_eval_and_play_pass_bf16_to_the_model_policy(registered, monkeypatch, ti
     init = evaluation.ModelPolicy.__init__
     monkeypatch.setattr(evaluation.ModelPolicy, "__init__",
                         lambda self, *args, **kwargs: asked.append(kwargs["bf16"]) or init(self, *args, **kwargs))
+    monkeypatch.setattr(evaluation, "device_computes_bf16", lambda device: True)
     limits = ["--max-turns", "1", "--max-tokens-per-turn", "4", "--no-progress"]
     assert main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "1", "--bf16", *limits]) == 0
+    assert main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "1", "--no-bf16", *limits]) == 0
     assert main(["eval", "--env", NAME, "--model", tiny_agent_dir, "--episodes", "1", *limits]) == 0
     assert main(["play", "--env", NAME, "--model", tiny_agent_dir, "--bf16", *limits[:-1]]) == 0
-    assert asked == [True, False, True]
+    assert asked == [True, False, False, True]  # the tiny agent's record names no bf16: its weights' dtype
 
 
 def test_eval_caps_the_actions_of_an_episode_and_reports_a_wilson_interval(env_path):

@@ -164,14 +164,22 @@ def test_online_rounds_train_save_and_resume(tmp_path, tiny_agent_dir, tiny_toke
     assert none == []
 
 
-def test_online_rounds_with_lora_merge_the_adapter(tmp_path, tiny_agent_dir, tiny_tokenizer):
+def test_online_rounds_with_lora_merge_the_adapter(tmp_path, tiny_agent_dir, tiny_tokenizer, monkeypatch):
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM
 
+    from trl_starpo import evaluation
+
+    # each round plays in the precision the run trains in: a merged model has no trainer autocast of its own
+    asked, init = [], evaluation.ModelPolicy.__init__
+    monkeypatch.setattr(evaluation.ModelPolicy, "__init__",
+                        lambda self, *args, **kwargs: asked.append(kwargs["bf16"]) or init(self, *args, **kwargs))
     model = AutoModelForCausalLM.from_pretrained(tiny_agent_dir)
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trained, records = train_online(model, tiny_tokenizer, CounterEnv, counter_rows(), online_args(tmp_path, rounds=1),
-                                    peft_config=lora)
+    args = online_args(tmp_path, rounds=1)
+    args.bf16 = True  # after construction, which turns it off on a CPU that would emulate it
+    trained, records = train_online(model, tiny_tokenizer, CounterEnv, counter_rows(), args, peft_config=lora)
+    assert asked == [True]
     assert records[0]["pairs"] > 0
     assert not any("lora" in name for name, _ in trained.named_parameters())
     reference = AutoModelForCausalLM.from_pretrained(tiny_agent_dir)

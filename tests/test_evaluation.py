@@ -136,6 +136,34 @@ def test_model_policy_plays_in_the_precision_asked(counter_env, tiny_agent_dir):
         autocast_seen.clear()
         evaluate(ModelPolicy(model, tokenizer, settings, bf16=bf16), counter_env, task_rows("validation", 2))
         assert autocast_seen and set(autocast_seen) == {bf16}
+    dtypes = []
+    model.forward = lambda *args, **kwargs: dtypes.append(torch.get_autocast_dtype("cpu")) or forward(*args, **kwargs)
+    evaluate(ModelPolicy(model, tokenizer, settings, bf16=True), counter_env, task_rows("validation", 1))
+    assert set(dtypes) == {torch.bfloat16}
+    autocast_seen.clear()
+    model.forward = lambda *args, **kwargs: autocast_seen.append(torch.is_autocast_enabled("cpu")) or forward(
+        *args, **kwargs)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16=False leaves the caller's autocast alone
+        evaluate(ModelPolicy(model, tokenizer, settings), counter_env, task_rows("validation", 1))
+    assert autocast_seen and set(autocast_seen) == {True}
+
+
+def test_make_policy_plays_in_the_agents_training_precision(tmp_path, tiny_agent_dir, monkeypatch):
+    import shutil
+
+    from trl_starpo import evaluation
+
+    agent = tmp_path / "agent"
+    shutil.copytree(tiny_agent_dir, agent)
+    record = json.loads((agent / AGENT_FILE).read_text()) if (agent / AGENT_FILE).is_file() else {}
+    (agent / AGENT_FILE).write_text(json.dumps({**record, "training": {**record.get("training", {}), "bf16": True}}))
+    for computes in (True, False):
+        monkeypatch.setattr(evaluation, "device_computes_bf16", lambda device: computes)
+        assert make_policy("model", model=str(agent), device="cpu").bf16 is computes  # never emulated unasked
+        assert make_policy("model", model=str(agent), device="cpu", bf16=False).bf16 is False
+    assert make_policy("model", model=tiny_agent_dir, device="cpu").bf16 is False  # no bf16 in its record
+    with pytest.warns(UserWarning, match="does not compute it natively"):
+        assert make_policy("model", model=str(agent), device="cpu", bf16=True).bf16 is True
 
 
 def test_load_agent_errors_and_adapters(tmp_path, tiny_agent_dir):

@@ -134,7 +134,7 @@ def test_every_row_plays_held_out_in_the_precision_its_column_trains_in(learning
         assert autocast_seen and set(autocast_seen) == {bf16}
 
 
-def test_held_out_refuses_a_split_that_repeats_task_ids(learning, counter_env, tiny_model_dir, monkeypatch):
+def test_held_out_refuses_a_split_that_repeats_task_ids(learning, counter_env, tiny_model_dir, monkeypatch, tmp_path):
     import dataclasses
 
     import trl_starpo
@@ -142,12 +142,15 @@ def test_held_out_refuses_a_split_that_repeats_task_ids(learning, counter_env, t
 
     column = learning.Column(held_out="test", budget=12, rollout=dict(max_turns=1, max_actions_per_turn=1,
                              max_actions_per_trajectory=1, max_tokens_per_turn=4, max_context_length=256))
-    model, tokenizer = learning.load_model(tiny_model_dir)
+    scale = dataclasses.replace(learning.SMOKE, eval_episodes=2)
+    assert [row["task_id"] for row in learning.held_out_tasks(counter_env, column, scale)] == [
+        row["task_id"] for row in task_rows("test", 2)]
     monkeypatch.setattr(trl_starpo, "load_tasks",
                         lambda *args, **kwargs: [dict(row, task_id="same") for row in task_rows("test", 2)])
-    scale = dataclasses.replace(learning.SMOKE, eval_episodes=2)
     with pytest.raises(ValueError, match="repeats task ids; each held-out row needs its own"):
-        learning.held_out(model, tokenizer, counter_env, column, scale, seed=0)
+        learning.run_one("sft", counter_env, 0, scale=scale, model=tiny_model_dir, column=column,
+                         workdir=tmp_path / "work", records=tmp_path / "records")  # before any training
+    assert not (tmp_path / "work").exists()
 
 
 def test_the_table_warns_where_rows_played_in_different_precisions(learning):
@@ -461,3 +464,40 @@ def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning,
                              thinking_scale_rule=chosen)
     assert applied and set(applied) == {expected}  # the preset's rule, or the one chosen over it
     assert record["thinking_scale_rule"] == expected  # named in the record either way
+
+
+def test_a_dpo_record_whose_rounds_played_in_fp32_is_not_reused_for_a_bf16_run(learning, counter_env, monkeypatch,
+                                                                              tmp_path):
+    import dataclasses
+
+    def record(method, bf16, **more):
+        return {"method": method, "scale": {"bf16": bf16}, **more}
+
+    class Trained(Exception):
+        pass
+
+    column = learning.Column(held_out="test", budget=12, rollout=dict(max_turns=1))
+    scale = dataclasses.replace(learning.SMOKE, bf16=True)
+    recorded = {"method": "dpo", "setting": learning.setting_key(counter_env, column, scale, "m"),
+                "thinking_scale_rule": None, "scale": {"bf16": True}}
+    path = learning.record_path(tmp_path, counter_env, "dpo", 0)
+    path.parent.mkdir(parents=True)
+    monkeypatch.setattr(learning, "warm_start", lambda *args: tmp_path)
+    monkeypatch.setattr(learning, "train_dpo", lambda *args: (_ for _ in ()).throw(Trained))
+    run = dict(scale=scale, model="m", column=column, workdir=tmp_path / "work", records=tmp_path)
+    path.write_text(json.dumps(recorded))
+    with pytest.raises(Trained):  # its rounds played in fp32: run again
+        learning.run_one("dpo", counter_env, 0, **run)
+    path.write_text(json.dumps({**recorded, "collection_precision": "bf16 autocast"}))
+    assert learning.run_one("dpo", counter_env, 0, **run)["collection_precision"] == "bf16 autocast"
+
+    assert learning.recorded_collection_precision(record("dpo", True)) == "fp32"  # before 2026-12-04
+    assert learning.collection_precision("dpo", True) == "bf16 autocast"
+    assert learning.recorded_collection_precision(record("dpo", True, collection_precision="bf16 autocast")) == (
+        "bf16 autocast")
+    # the presets' trainers always collected under their autocast; rows without training collect nothing
+    assert learning.recorded_collection_precision(record("starpo-s", True)) == learning.collection_precision(
+        "starpo-s", True) == "bf16 autocast"
+    assert learning.recorded_collection_precision(record("gigpo", False)) == "fp32"
+    assert learning.recorded_collection_precision(record("sft", True)) is learning.collection_precision("sft", True)
+    assert learning.collection_precision("sft", True) is None

@@ -426,8 +426,9 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--top-p", type=float, default=1.0)
     group.add_argument("--device", help="cuda, cpu, ... (default: cuda when available)")
     group.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
-    group.add_argument("--bf16", action="store_true",
-                       help="play under bf16 autocast, as a run trained with --bf16 true collects its rollouts")
+    group.add_argument("--bf16", action=argparse.BooleanOptionalAction,
+                       help="play under bf16 autocast, as a run trained with bf16 collects its rollouts (default: the "
+                            "agent's training precision, from its starpo_agent.json, where the device computes bf16)")
     parser.add_argument("--seed", type=int, default=0, help="seeds sampling and the random policy")
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +48,8 @@ class ModelPolicy:
             depend on what ran before; ``None`` leaves it alone.
         bf16: Play under bf16 autocast on the model's device, the precision a run with ``bf16=True`` trains and
             collects in. A model loaded from disk or merged out of LoRA has no autocast of its own, so without this
-            it plays in its weights' dtype; sampled success can differ between the two.
+            it plays in its weights' dtype (or under the caller's autocast); sampled success can differ between the
+            two.
     """
 
     name = "model"
@@ -95,7 +98,9 @@ class ModelPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad(), torch.autocast(self.model.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            # a disabled torch.autocast would switch off the caller's: only enter one when asked
+            autocast = torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
+            with torch.no_grad(), autocast:
                 trajectories = self.collector.collect(environments, tasks, generator, groups)
         finally:
             self.model.train(was_training)
@@ -374,6 +379,20 @@ def load_agent(model: str | None = None, *, device: str | None = None, dtype: st
     return loaded.to(device).eval(), tokenizer
 
 
+def device_computes_bf16(device) -> bool:
+    """Whether ``device`` (a ``torch.device``) computes bf16 natively: a GPU that supports it, or a CPU with bf16
+    matrix units (``trl_starpo.config.cpu_computes_bf16``)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        from .config import cpu_computes_bf16
+
+        return cpu_computes_bf16()
+    return False
+
+
 def _is_adapter(path: str) -> bool:
     if Path(path).is_dir():
         return Path(path, "adapter_config.json").is_file()
@@ -409,9 +428,13 @@ def make_policy(
     batch_size: int = 16,
     device: str | None = None,
     dtype: str | None = None,
-    bf16: bool = False,
+    bf16: bool | None = None,
 ) -> ModelPolicy | ScriptedPolicy:
-    """Build a policy by name (``model``, ``random`` or ``expert``); only ``model`` loads weights."""
+    """Build a policy by name (``model``, ``random`` or ``expert``); only ``model`` loads weights.
+
+    ``bf16`` (``ModelPolicy``'s): ``None`` plays in the precision the agent trained in (``bf16`` of its
+    ``starpo_agent.json``) where the device computes bf16, else in its weights' dtype.
+    """
     if kind not in POLICIES:
         raise ValueError(f"Unknown policy {kind!r}; choose one of {', '.join(POLICIES)}.")
     if kind == "random":
@@ -419,6 +442,15 @@ def make_policy(
     if kind == "expert":
         return ExpertPolicy(settings, seed=seed)
     loaded, tokenizer = load_agent(model, device=device, dtype=dtype)
+    computes_bf16 = device_computes_bf16(loaded.device)
+    if bf16 is None:
+        from .models import resolve_model_path
+        from .rollout.settings import read_agent_info
+
+        bf16 = computes_bf16 and read_agent_info(resolve_model_path(model)).get("training", {}).get("bf16") is True
+    elif bf16 and not computes_bf16:
+        warnings.warn(f"bf16 on {loaded.device}, which does not compute it natively: emulated, it can be many times "
+                      "slower than fp32.", stacklevel=2)
     return ModelPolicy(
         loaded, tokenizer, settings, temperature=temperature, top_p=top_p, batch_size=batch_size, seed=seed, bf16=bf16
     )

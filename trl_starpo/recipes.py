@@ -230,8 +230,9 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         )
         record.training["sft_demonstrations"] = len(demonstrations)
         if recipe.eval_episodes:
-            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0, bf16=args.bf16)
-            results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
+            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0)
+            with trainer.accelerator.autocast():  # the merged model lost the trainer's; RL recipes play under it
+                results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
             record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
                                  "temperature": 1.0, "after": results[recipe.eval_splits[0]]}
         record.save(args.output_dir)

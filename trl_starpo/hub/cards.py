@@ -56,6 +56,7 @@ KEY_CONFIG_FIELDS = (
     "max_grad_norm",
     "warmup_steps",
     "kl_early_stop",
+    "bf16",
 )
 """``StarPOConfig`` fields a card reports, when the config has them (presets add some)."""
 
