@@ -540,7 +540,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), "commit": commit, "dirty": dirty,
-        "machine": f"{os.cpu_count()} CPUs ({platform.machine()})", "wall_s": round(time.time() - started),
+        "machine": machine(), "wall_s": round(time.time() - started),
         "load": [round(x, 1) for x in os.getloadavg()],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -561,6 +561,14 @@ def run_directory(workdir: Path, environment: str, method: str, seed: int, key: 
     if marker.is_file() and json.loads(marker.read_text()) == {"setting": key, "thinking_scale_rule": rule}:
         return earlier
     return workdir / "runs" / environment / "-".join([name, key, *([rule] if rule else [])])
+
+
+def machine() -> str:
+    """What a run ran on: the CPUs, and the GPU where there is one."""
+    import torch
+
+    cpus = f"{os.cpu_count()} CPUs ({platform.machine()})"
+    return f"{torch.cuda.get_device_name()}, {cpus}" if torch.cuda.is_available() else cpus
 
 
 def git_state() -> tuple[str, str]:
