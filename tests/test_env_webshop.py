@@ -460,6 +460,27 @@ def test_search_finds_a_product_by_its_title(env):
     assert env.catalog.search("the of and") == []
 
 
+def test_search_keeps_jax_out_of_the_process(tmp_path):
+    # bm25s runs a JAX computation at import where JAX imports; on a GPU JAX then claims most of its memory
+    import subprocess
+    import sys
+
+    (tmp_path / "jax").mkdir()
+    (tmp_path / "jax" / "__init__.py").write_text("raise AssertionError('bm25s imported jax')\n")
+    (tmp_path / "jax" / "lax.py").write_text("")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from starpo_webshop import search\n"
+        "assert not search.bm25s.selection.JAX_IS_AVAILABLE\n"
+        "assert 'jax' not in sys.modules and 'jax.lax' not in sys.modules\n"
+        "try:\n    import jax\nexcept AssertionError:\n    print('jax importable again')\n"
+        "print(search.SearchEngine.__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["jax", "importable", "again", "SearchEngine"]
+
+
 # ---------------------------------------------------------------- real-server adapter
 
 PAGES = {

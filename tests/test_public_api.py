@@ -99,3 +99,17 @@ def test_the_collector_does_not_import_evaluation():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["RolloutCollector", "False"], done.stdout
+
+
+def test_hub_kernels_stay_off_unless_asked_for():
+    # transformers fetches and runs Hub kernels on a GPU unless told not to: code from the Hub, and an error offline
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, trl_starpo; print(os.environ['USE_HUB_KERNELS'])"
+    environment = {k: v for k, v in os.environ.items() if k != "USE_HUB_KERNELS"}
+    for preset, expected in ((None, "NO"), ("YES", "YES")):
+        env = environment if preset is None else {**environment, "USE_HUB_KERNELS": preset}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0 and done.stdout.split() == [expected], done.stderr

@@ -164,7 +164,7 @@ def test_only_model_tokens_receive_gradient(tmp_path, tiny_model_dir, thinking_w
     inputs = trainer._generate_and_score_completions(rows)
     segments = torch.tensor(
         [t.completion_segments + [-1] * (inputs["completion_ids"].shape[1] - len(t.completion_segments))
-         for t in trainer.last_trajectories]
+         for t in trainer.last_trajectories], device=inputs["completion_ids"].device
     )
     model_tokens = (segments == Segment.THINKING) | (segments == Segment.ACTION)
     assert inputs["tool_mask"].bool().equal(model_tokens)

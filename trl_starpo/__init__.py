@@ -1,9 +1,15 @@
 """trl_starpo: StarPO and StarPO-S, multi-turn trajectory-level RL for LLM agents, on top of TRL."""
 
+import os
 from importlib import import_module
 from typing import TYPE_CHECKING
 
 from .envs import Environment, list_environments, load_environment, load_tasks
+
+# On a GPU, transformers swaps layers (rotary embeddings, ...) for kernels it fetches from the Hub: code from the Hub
+# run without trust_remote_code, a download at run time, and an error offline (seen on an H200). USE_HUB_KERNELS=YES
+# allows them.
+os.environ.setdefault("USE_HUB_KERNELS", "NO")
 
 __version__ = "0.1.0"
 

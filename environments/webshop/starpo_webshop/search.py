@@ -8,13 +8,35 @@ stemmer. Hits are the documents with a positive score, best first, ties in catal
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from types import ModuleType
 
-import bm25s
 import numpy as np
 import Stemmer
 
 from .records import Product
+
+
+def _import_bm25s_without_jax() -> ModuleType:
+    """``bm25s``, kept from JAX. Where JAX imports, ``bm25s`` runs a JAX computation at import, and JAX then claims
+    most of a GPU's memory (its default preallocation) in the process that trains the agent on that GPU: seen on an
+    H200, where three WebShop runs side by side ran out of memory. The store needs only BM25 scores, in numpy."""
+    hidden = ("jax", "jax.lax")
+    saved = {name: sys.modules[name] for name in hidden if name in sys.modules}
+    sys.modules.update(dict.fromkeys(hidden))  # None in sys.modules: `import jax.lax` raises ImportError
+    try:
+        import bm25s
+    finally:
+        for name in hidden:
+            if name in saved:
+                sys.modules[name] = saved[name]
+            else:
+                del sys.modules[name]
+    return bm25s
+
+
+bm25s = _import_bm25s_without_jax()
 
 SEARCH_RETURN_N = 50
 
