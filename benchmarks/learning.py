@@ -69,6 +69,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -258,16 +259,21 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
     if (folder / "warm_start.json").is_file():
         return folder
     print(f"[{environment}] SFT warm start on {column.sft_episodes} expert episodes -> {folder}", flush=True)
+    resume = "true" if any(folder.glob("checkpoint-*")) else "false"  # a warm start cut short goes on from its last
     run_sft(environment, [
         "--model_name_or_path", model, "--output_dir", str(folder), "--use_peft", "true",
         "--lora_r", str(scale.lora_r), "--lora_alpha", str(2 * scale.lora_r), "--lora_target_modules", *LORA_TARGETS,
         "--expert_episodes", str(column.sft_episodes), "--num_train_epochs", str(column.sft_epochs),
         "--per_device_train_batch_size", "4", "--learning_rate", str(scale.sft_learning_rate),
-        "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "no", "--report_to", "none",
+        "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "steps",
+        "--save_steps", str(scale.save_every * 4), "--save_total_limit", "1", "--resume_from_checkpoint", resume,
+        "--report_to", "none",
         "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
         "--bf16", str(scale.bf16).lower(),
         *rollout_flags(column),
     ])
+    for checkpoint in folder.glob("checkpoint-*"):  # the merged model is what every run starts from
+        shutil.rmtree(checkpoint)
     (folder / "warm_start.json").write_text(json.dumps({"setting": key, "base_model": model}))
     return folder
 

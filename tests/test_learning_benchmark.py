@@ -202,6 +202,8 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     with pytest.raises(KeyboardInterrupt):
         learning.run_one("gigpo", counter_env, 0, **common)
     run_dir, = (work / "runs" / counter_env).glob("gigpo-seed0-*")  # the folder of these settings
+    warm, = (work / "sft").iterdir()  # made before the run died: a merged model, its SFT checkpoints removed
+    assert (warm / "warm_start.json").is_file() and not any(warm.glob("checkpoint-*"))
     saved = json.loads((run_dir / "checkpoint-1" / learning.PROGRESS_FILE).read_text())
     assert len(saved) == 1
     monkeypatch.setattr(StarPOTrainer, "_generate_and_score_completions", original)

@@ -173,3 +173,27 @@ def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env
     assert agent["training"]["sft_demonstrations"] == 8
     assert set(results) == {"validation"} and 0.0 <= results["validation"]["format_error_rate"] <= 1.0
     assert json.loads((out / "validation_results.json").read_text()) == json.loads(json.dumps(results))
+
+
+def test_a_warm_start_cut_short_resumes_from_its_checkpoint(counter_env, tiny_model_dir, tmp_path):
+    from trl_starpo.recipes import run_sft
+
+    out = tmp_path / "sft"
+    common = ["--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_turns", "4",
+              "--max_actions_per_turn", "1", "--max_tokens_per_turn", "24", "--max_context_length", "512",
+              "--per_device_train_batch_size", "4", "--lr_scheduler_type", "constant",
+              "--logging_steps", "1", "--save_strategy", "steps", "--save_steps", "1", "--report_to", "none",
+              "--eval_episodes", "0"]
+
+    def logged():
+        state = json.loads((out / "trainer_state.json").read_text())
+        return state["global_step"], [(entry["loss"], entry["learning_rate"]) for entry in state["log_history"]
+                                      if "loss" in entry]
+
+    run_sft(counter_env, [*common, "--max_steps", "2", "--learning_rate", "1e-2"])
+    step, first = logged()
+    assert step == 2 and len(first) == 2 and (out / "checkpoint-2").is_dir()
+    # another learning rate shows which steps ran again: resumed, the first two are the checkpoint's, not retrained
+    run_sft(counter_env, [*common, "--max_steps", "4", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true"])
+    step, resumed = logged()
+    assert step == 4 and len(resumed) == 4 and resumed[:2] == first

@@ -215,7 +215,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         peft_config=get_peft_config(model_args),
     )
     with project_labelled_positions_only():  # the LM head projects only the demonstrations' generated tokens
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume_checkpoint(args))
     trainer.save_state()  # trainer_state.json: the loss curve
 
     results: dict[str, dict[str, float]] = {}
