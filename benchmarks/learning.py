@@ -250,31 +250,40 @@ def rollout_flags(column: Column) -> list[str]:
 
 def warm_start(environment: str, column: Column, scale: Scale, model: str, workdir: Path) -> Path:
     """The SFT warm start of ``environment`` (made once, then reused by every method, seed and budget)."""
+    from filelock import FileLock
+    from transformers.trainer_utils import get_last_checkpoint
+
     from trl_starpo.recipes import run_sft
 
     what = [environment, model, column.rollout, column.environment_kwargs, column.sft_episodes, column.sft_epochs,
             column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate, scale.bf16]
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
     folder = workdir / "sft" / f"{environment}-{key}"
-    if (folder / "warm_start.json").is_file():
+    done = folder / "warm_start.json"
+    if done.is_file():
         return folder
-    print(f"[{environment}] SFT warm start on {column.sft_episodes} expert episodes -> {folder}", flush=True)
-    resume = "true" if any(folder.glob("checkpoint-*")) else "false"  # a warm start cut short goes on from its last
-    run_sft(environment, [
-        "--model_name_or_path", model, "--output_dir", str(folder), "--use_peft", "true",
-        "--lora_r", str(scale.lora_r), "--lora_alpha", str(2 * scale.lora_r), "--lora_target_modules", *LORA_TARGETS,
-        "--expert_episodes", str(column.sft_episodes), "--num_train_epochs", str(column.sft_epochs),
-        "--per_device_train_batch_size", "4", "--learning_rate", str(scale.sft_learning_rate),
-        "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "steps",
-        "--save_steps", str(scale.save_every * 4), "--save_total_limit", "1", "--resume_from_checkpoint", resume,
-        "--report_to", "none",
-        "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
-        "--bf16", str(scale.bf16).lower(),
-        *rollout_flags(column),
-    ])
-    for checkpoint in folder.glob("checkpoint-*"):  # the merged model is what every run starts from
-        shutil.rmtree(checkpoint)
-    (folder / "warm_start.json").write_text(json.dumps({"setting": key, "base_model": model}))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):  # runs started side by side build it once, one after the other
+        if done.is_file():
+            return folder
+        print(f"[{environment}] SFT warm start on {column.sft_episodes} expert episodes -> {folder}", flush=True)
+        cut_short = folder.is_dir() and get_last_checkpoint(str(folder)) is not None  # goes on from its last
+        run_sft(environment, [
+            "--model_name_or_path", model, "--output_dir", str(folder), "--use_peft", "true",
+            "--lora_r", str(scale.lora_r), "--lora_alpha", str(2 * scale.lora_r),
+            "--lora_target_modules", *LORA_TARGETS,
+            "--expert_episodes", str(column.sft_episodes), "--num_train_epochs", str(column.sft_epochs),
+            "--per_device_train_batch_size", "4", "--learning_rate", str(scale.sft_learning_rate),
+            "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "steps",
+            "--save_steps", str(scale.save_every * 4), "--save_total_limit", "1",
+            "--resume_from_checkpoint", str(cut_short).lower(), "--report_to", "none",
+            "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
+            "--bf16", str(scale.bf16).lower(),
+            *rollout_flags(column),
+        ])
+        for checkpoint in folder.glob("checkpoint-*"):  # the merged model is what every run starts from
+            shutil.rmtree(checkpoint)
+        done.write_text(json.dumps({"setting": key, "base_model": model}))
     return folder
 
 

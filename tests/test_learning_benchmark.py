@@ -1,5 +1,6 @@
 """benchmarks/learning.py end to end on the tiny model and a test environment: every row, resume, the table."""
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -202,7 +203,7 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     with pytest.raises(KeyboardInterrupt):
         learning.run_one("gigpo", counter_env, 0, **common)
     run_dir, = (work / "runs" / counter_env).glob("gigpo-seed0-*")  # the folder of these settings
-    warm, = (work / "sft").iterdir()  # made before the run died: a merged model, its SFT checkpoints removed
+    warm, = (path for path in (work / "sft").iterdir() if path.is_dir())  # made before the run died, merged
     assert (warm / "warm_start.json").is_file() and not any(warm.glob("checkpoint-*"))
     saved = json.loads((run_dir / "checkpoint-1" / learning.PROGRESS_FILE).read_text())
     assert len(saved) == 1
@@ -503,3 +504,37 @@ def test_a_dpo_record_whose_rounds_played_in_fp32_is_not_reused_for_a_bf16_run(l
     assert learning.recorded_collection_precision(record("gigpo", False)) == "fp32"
     assert learning.recorded_collection_precision(record("sft", True)) is learning.collection_precision("sft", True)
     assert learning.collection_precision("sft", True) is None
+
+
+def test_runs_started_side_by_side_build_one_warm_start(learning, monkeypatch, tmp_path):
+    import multiprocessing
+    import time
+
+    import trl_starpo.recipes
+
+    log = tmp_path / "built.txt"
+
+    def run_sft(environment, argv):  # records each build; the other process arrives while this one sleeps
+        folder = Path(argv[argv.index("--output_dir") + 1])
+        folder.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as file:
+            file.write(argv[argv.index("--resume_from_checkpoint") + 1] + "\n")
+        time.sleep(1.0)
+
+    monkeypatch.setattr(trl_starpo.recipes, "run_sft", run_sft)
+    column, scale = learning.COLUMNS["hotpotqa"], dataclasses.replace(learning.SMOKE, bf16=False)
+    runs = [multiprocessing.get_context("fork").Process(
+        target=learning.warm_start, args=("hotpotqa", column, scale, "m", tmp_path)) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(timeout=60)
+    assert [run.exitcode for run in runs] == [0, 0]
+    assert log.read_text().split() == ["false"]  # built once; the second run found it made
+    folder = learning.warm_start("hotpotqa", column, scale, "m", tmp_path)
+    assert (folder / "warm_start.json").is_file() and log.read_text().split() == ["false"]
+    # a warm start cut short after a checkpoint goes on from it, and its checkpoints go once it is merged
+    (folder / "warm_start.json").unlink()
+    (folder / "checkpoint-8").mkdir()
+    learning.warm_start("hotpotqa", column, scale, "m", tmp_path)
+    assert log.read_text().split() == ["false", "true"] and not (folder / "checkpoint-8").exists()

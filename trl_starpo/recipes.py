@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformers import TrainingArguments
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from .config import StarPOConfig
@@ -69,7 +70,7 @@ def resolve_model(model_args: ModelConfig, args) -> tuple[str, str]:
     return model_name, resolve_model_path(model_name)
 
 
-def resume_checkpoint(args: StarPOConfig) -> str | None:
+def resume_checkpoint(args: TrainingArguments) -> str | None:
     """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or output_dir's last one for ``true``."""
     value = args.resume_from_checkpoint
     if value is None or str(value).lower() in ("false", "none", ""):
@@ -198,6 +199,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
 
+    checkpoint = resume_checkpoint(args)  # a missing one is an error before the expert plays
     demonstrations = expert_demonstrations(
         environment,
         load_tasks(environment, split="train", source=recipe.tasks),
@@ -215,7 +217,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         peft_config=get_peft_config(model_args),
     )
     with project_labelled_positions_only():  # the LM head projects only the demonstrations' generated tokens
-        trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+        trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_state()  # trainer_state.json: the loss curve
 
     results: dict[str, dict[str, float]] = {}
