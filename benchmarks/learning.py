@@ -32,10 +32,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     fp32); before 2026-12-04 only a preset's model evaluated in the process that trained it did, the SFT, untrained
     and DPO rows playing in fp32, and the table warns where a column's records mix the two; DPO's rounds, which
     had played its merged models in fp32, play in the column's precision too (``collection_precision``). Records
-    keep each
-    episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the same tasks,
-    are also compared episode by episode: with the task as the unit (every seed plays the same tasks), the exact sign
-    test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return of the
+    keep each episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the
+    same tasks, are also compared episode by episode: with the task as the unit (every seed plays the same tasks),
+    the exact sign test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return of the
     training rollouts against the turns spent.
 
 Runs and records
