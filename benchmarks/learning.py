@@ -2,8 +2,9 @@
 
 The specification's table (`shared/reference/starpo-spec.txt`, "Success Rate Comparison") compares PPO, DPO, StarPO and
 StarPO-S on ALFWorld, WebShop, HotPotQA and MiniGrid. This script makes that comparison with the embedded
-SmolLM2-135M-Instruct on a CPU, one (method, environment, seed) run at a time, each resumable, and regenerates the
-table of docs/results.md from the run records it commits.
+SmolLM2-135M-Instruct on a CPU (or a GPU where one is lent; each record names its machine), one (method,
+environment, seed) run at a time, each resumable, and regenerates the table of docs/results.md from the run records it
+commits.
 
 Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Rows: ``random`` (uniform over the environment's ``admissible_actions()``, the chance level of the held-out
