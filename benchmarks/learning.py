@@ -35,8 +35,8 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     had played its merged models in fp32, play in the column's precision too (``collection_precision``). Records
     keep each episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the
     same tasks, are also compared episode by episode: with the task as the unit (every seed plays the same tasks),
-    the exact sign test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return of the
-    training rollouts against the turns spent.
+    the exact sign test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return
+    of the training rollouts against the turns spent.
 
 Runs and records
     Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>-<key>/``, one
@@ -51,6 +51,7 @@ Usage
     python benchmarks/learning.py --env minigrid --method gigpo --seed 0       # one run (resumes when restarted)
     python benchmarks/learning.py --env minigrid --method all --seed 0 1 2     # every row, one process per run
     python benchmarks/learning.py --env all --method all --seed 0
+    python benchmarks/learning.py --env webshop --method sft starpo-s --seed 0 1 2 --jobs 6   # side by side (a GPU)
     python benchmarks/learning.py --table                                      # the table, from the records
     python benchmarks/learning.py --table --records benchmarks/learning_runs/archive   # a sitting's table, printed
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
@@ -903,6 +904,30 @@ def folder_table(records_dir: Path) -> str:
 # -- main -----------------------------------------------------------------------------------------------------------
 
 
+def run_processes(commands: dict[str, list[str]], jobs: int, logs: Path) -> list[str]:
+    """Run each named command as its own process, ``jobs`` at a time, and return the names of those that failed.
+
+    One at a time, a run prints to the terminal; side by side, each writes ``<logs>/<name>.log`` (its name with the
+    slashes and spaces made dashes) and a line says when it ends. Runs of one column wait on each other only for its
+    warm start, which the first builds under a file lock.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(name: str) -> int:
+        if jobs == 1:
+            return subprocess.run(commands[name]).returncode
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / f"{name.replace('/', '-').replace(' ', '')}.log"
+        with log.open("w") as out:
+            code = subprocess.run(commands[name], stdout=out, stderr=subprocess.STDOUT).returncode
+        print(f"{name}: {'finished' if code == 0 else f'failed (exit {code})'}; log in {log}", flush=True)
+        return code
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        codes = dict(zip(commands, pool.map(run, commands)))
+    return [name for name, code in codes.items() if code != 0]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", nargs="+", default=["minigrid"], help=f"Columns: {', '.join(COLUMNS)} or all.")
@@ -927,6 +952,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
     parser.add_argument("--threads", type=int,
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="Runs side by side, each its own process (default 1): on a GPU, several runs share it "
+                             "well (five WebShop runs took 11 minutes on one H200); each run's output then goes to "
+                             "<workdir>/logs/. On a CPU, give each --threads 1.")
     parser.add_argument("--table", action="store_true",
                         help="Only regenerate docs/results.md from the records (with --records: print their table and "
                              "write their curves into that folder).")
@@ -936,6 +965,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.num_iterations < 1:
         parser.error(f"--num-iterations must be at least 1, got {args.num_iterations}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if not args.learning_rate > 0:
         parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
     if args.advantage_estimator and not args.table:
@@ -987,11 +1018,10 @@ def main(argv: list[str] | None = None) -> None:
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--advantage-estimator", args.advantage_estimator] if args.advantage_estimator else []
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
-    failed = []
-    for environment, method, seed in runs:
-        command = [sys.executable, __file__, "--env", environment, "--method", method, "--seed", str(seed)]
-        if subprocess.run(command + forwarded).returncode != 0:
-            failed.append(f"{environment}/{method}/seed {seed}")
+    commands = {f"{environment}/{method}/seed {seed}": [sys.executable, __file__, "--env", environment, "--method",
+                                                        method, "--seed", str(seed), *forwarded]
+                for environment, method, seed in runs}
+    failed = run_processes(commands, args.jobs, (args.workdir / "smoke" if args.smoke else args.workdir) / "logs")
     if args.smoke:
         print(markdown(load_records(records)))
     if failed:

@@ -538,3 +538,31 @@ def test_runs_started_side_by_side_build_one_warm_start(learning, monkeypatch, t
     (folder / "checkpoint-8").mkdir()
     learning.warm_start("hotpotqa", column, scale, "m", tmp_path)
     assert log.read_text().split() == ["false", "true"] and not (folder / "checkpoint-8").exists()
+
+
+def test_runs_go_side_by_side_with_their_own_logs(learning, monkeypatch, tmp_path):
+    import threading
+    import time
+
+    lock, running, peak, commands = threading.Lock(), [0], [0], []
+
+    def run(command, stdout=None, stderr=None):  # a run's process: seed 2 fails
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            commands.append(command)
+        time.sleep(0.3)
+        stdout.write(f"seed {command[command.index('--seed') + 1]}\n")
+        with lock:
+            running[0] -= 1
+        return subprocess.CompletedProcess(command, int(command[command.index("--seed") + 1] == "2"))
+
+    monkeypatch.setattr(learning.subprocess, "run", run)
+    with pytest.raises(SystemExit, match=r"Failed runs \(rerun them to resume\): hotpotqa/random/seed 2$"):
+        learning.main(["--env", "hotpotqa", "--method", "random", "--seed", "0", "1", "2", "--jobs", "2",
+                       "--workdir", str(tmp_path), "--records", str(tmp_path / "records")])
+    assert peak[0] == 2 and len(commands) == 3
+    assert all(c[c.index("--workdir") + 1] == str(tmp_path) for c in commands)
+    assert (tmp_path / "logs" / "hotpotqa-random-seed1.log").read_text() == "seed 1\n"
+    with pytest.raises(SystemExit):
+        learning.main(["--env", "hotpotqa", "--method", "random", "--seed", "0", "1", "--jobs", "0"])
