@@ -955,7 +955,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="Runs side by side, each its own process (default 1): on a GPU, several runs share it "
                              "well (five WebShop runs took 11 minutes on one H200); each run's output then goes to "
-                             "<workdir>/logs/. On a CPU, give each --threads 1.")
+                             "<workdir>/logs/, and each gets its share of the cores unless --threads says.")
     parser.add_argument("--table", action="store_true",
                         help="Only regenerate docs/results.md from the records (with --records: print their table and "
                              "write their curves into that folder).")
@@ -1012,7 +1012,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     # One process per run: a run that fails or runs out of memory costs only itself, and frees all it held.
     forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
-    for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", args.threads)):
+    # side by side, the runs share the cores instead of each spinning as many threads as there are cores
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None)
+    for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", threads)):
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []

@@ -3,6 +3,7 @@
 import dataclasses
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -563,6 +564,7 @@ def test_runs_go_side_by_side_with_their_own_logs(learning, monkeypatch, tmp_pat
                        "--workdir", str(tmp_path), "--records", str(tmp_path / "records")])
     assert peak[0] == 2 and len(commands) == 3
     assert all(c[c.index("--workdir") + 1] == str(tmp_path) for c in commands)
+    assert all(c[c.index("--threads") + 1] == str(max(1, os.cpu_count() // 2)) for c in commands)  # a share each
     assert (tmp_path / "logs" / "hotpotqa-random-seed1.log").read_text() == "seed 1\n"
     with pytest.raises(SystemExit):
         learning.main(["--env", "hotpotqa", "--method", "random", "--seed", "0", "1", "--jobs", "0"])
