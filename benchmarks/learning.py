@@ -2,9 +2,9 @@
 
 The specification's table (`shared/reference/starpo-spec.txt`, "Success Rate Comparison") compares PPO, DPO, StarPO and
 StarPO-S on ALFWorld, WebShop, HotPotQA and MiniGrid. This script makes that comparison with the embedded
-SmolLM2-135M-Instruct on a CPU (or a GPU where one is lent; each record names its machine), one (method,
-environment, seed) run at a time, each resumable, and regenerates the table of docs/results.md from the run records it
-commits.
+SmolLM2-135M-Instruct on a CPU (or a GPU where one is lent; each record names its machine), each (method,
+environment, seed) run its own resumable process (several side by side with ``--jobs``), and regenerates the table of
+docs/results.md from the run records it commits.
 
 Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Rows: ``random`` (uniform over the environment's ``admissible_actions()``, the chance level of the held-out
@@ -907,25 +907,46 @@ def folder_table(records_dir: Path) -> str:
 def run_processes(commands: dict[str, list[str]], jobs: int, logs: Path) -> list[str]:
     """Run each named command as its own process, ``jobs`` at a time, and return the names of those that failed.
 
-    One at a time, a run prints to the terminal; side by side, each writes ``<logs>/<name>.log`` (its name with the
-    slashes and spaces made dashes) and a line says when it ends. Runs of one column wait on each other only for its
-    warm start, which the first builds under a file lock.
+    One at a time, a run prints to the terminal. Side by side, each appends its output to ``<logs>/<name>.log`` (the
+    name's slashes made dashes, its spaces dropped) after a line with the time and the command, and a line says when
+    it ends; an interrupt stops the runs under way (they resume from their checkpoints when started again). Runs of
+    one column wait on each other only for its warm start, which the first builds under a file lock.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    if jobs == 1:
+        return [name for name, command in commands.items() if subprocess.run(command).returncode != 0]
+    import shlex
 
-    def run(name: str) -> int:
-        if jobs == 1:
-            return subprocess.run(commands[name]).returncode
-        logs.mkdir(parents=True, exist_ok=True)
-        log = logs / f"{name.replace('/', '-').replace(' ', '')}.log"
-        with log.open("w") as out:
-            code = subprocess.run(commands[name], stdout=out, stderr=subprocess.STDOUT).returncode
-        print(f"{name}: {'finished' if code == 0 else f'failed (exit {code})'}; log in {log}", flush=True)
-        return code
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        codes = dict(zip(commands, pool.map(run, commands)))
-    return [name for name, code in codes.items() if code != 0]
+    logs.mkdir(parents=True, exist_ok=True)
+    waiting, running, failed = list(commands), {}, set()
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                name = waiting.pop(0)
+                log = (logs / f"{name.replace('/', '-').replace(' ', '')}.log").open("a")
+                log.write(f"# {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(commands[name])}\n")
+                log.flush()
+                running[name] = subprocess.Popen(commands[name], stdout=log, stderr=subprocess.STDOUT), log
+            time.sleep(1.0)
+            for name, (process, log) in list(running.items()):
+                if process.poll() is not None:
+                    log.close()
+                    del running[name]
+                    if process.returncode != 0:
+                        failed.add(name)
+                    print(f"{name}: {'finished' if process.returncode == 0 else f'failed (exit {process.returncode})'}"
+                          f"; log in {log.name}", flush=True)
+    except KeyboardInterrupt:
+        for process, log in running.values():
+            process.terminate()
+        for process, log in running.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.close()
+        raise
+    return [name for name in commands if name in failed]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -954,8 +975,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
     parser.add_argument("--jobs", type=int, default=1,
                         help="Runs side by side, each its own process (default 1): on a GPU, several runs share it "
-                             "well (five WebShop runs took 11 minutes on one H200); each run's output then goes to "
-                             "<workdir>/logs/, and each gets its share of the cores unless --threads says.")
+                             "well (five WebShop runs side by side took 11 minutes on one H200); each run's output "
+                             "then goes to <workdir>/logs (<workdir>/smoke/logs with --smoke), and each gets its share "
+                             "of the cores unless --threads says.")
     parser.add_argument("--table", action="store_true",
                         help="Only regenerate docs/results.md from the records (with --records: print their table and "
                              "write their curves into that folder).")
@@ -1013,7 +1035,9 @@ def main(argv: list[str] | None = None) -> None:
     # One process per run: a run that fails or runs out of memory costs only itself, and frees all it held.
     forwarded = ["--workdir", str(args.workdir), "--records", str(records)]
     # side by side, the runs share the cores instead of each spinning as many threads as there are cores
-    threads = args.threads or (max(1, (os.cpu_count() or 1) // args.jobs) if args.jobs > 1 else None)
+    side_by_side = min(args.jobs, len(runs))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = args.threads or (max(1, cores // side_by_side) if side_by_side > 1 else None)
     for flag, value in (("--budget", args.budget), ("--model", args.model), ("--threads", threads)):
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]

@@ -541,30 +541,68 @@ def test_runs_started_side_by_side_build_one_warm_start(learning, monkeypatch, t
     assert log.read_text().split() == ["false", "true"] and not (folder / "checkpoint-8").exists()
 
 
-def test_runs_go_side_by_side_with_their_own_logs(learning, monkeypatch, tmp_path):
-    import threading
+def test_runs_go_side_by_side_with_their_own_logs(learning, tmp_path, capsys):
+    # each run waits for the other to start: run one at a time, both would fail
+    child = ("import pathlib, sys, time\n"
+             "here, name = pathlib.Path(sys.argv[1]), sys.argv[2]\n"
+             "(here / name).touch()\n"
+             "deadline = time.time() + 10\n"
+             "while not all((here / n).exists() for n in ('a', 'b')) and time.time() < deadline:\n"
+             "    time.sleep(0.05)\n"
+             "print('out', name, flush=True)\n"
+             "print('err', name, file=sys.stderr)\n"
+             "sys.exit(3 if name == 'b' else 0 if (here / 'b').exists() else 4)\n")
+    commands = {f"env/{name}/seed 0": [sys.executable, "-c", child, str(tmp_path), name] for name in ("a", "b")}
+    logs = tmp_path / "logs"
+    assert learning.run_processes(commands, 2, logs) == ["env/b/seed 0"]
+    text = (logs / "env-a-seed0.log").read_text().splitlines()
+    assert text[0].startswith("# ") and text[-2:] == ["out a", "err a"]  # what the run printed, tracebacks too
+    assert "env/b/seed 0: failed (exit 3)" in capsys.readouterr().out
+    (tmp_path / "b").unlink()
+    commands.pop("env/a/seed 0")
+    learning.run_processes(commands, 2, logs)  # a rerun appends to its log
+    assert (logs / "env-b-seed0.log").read_text().count("err b") == 2
+
+
+def test_an_interrupt_stops_the_runs_under_way(learning, monkeypatch, tmp_path):
+    import types
+
+    pid_file = tmp_path / "pid"
+    child = f"import os, pathlib, time; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid())); time.sleep(120)"
+
+    def sleep(seconds):  # the user presses Ctrl-C once the run is under way
+        while not pid_file.exists() or not pid_file.read_text():
+            time.sleep(0.05)
+        raise KeyboardInterrupt
+
     import time
 
-    lock, running, peak, commands = threading.Lock(), [0], [0], []
+    monkeypatch.setattr(learning, "time", types.SimpleNamespace(sleep=sleep, time=time.time))
+    with pytest.raises(KeyboardInterrupt):
+        learning.run_processes({"long": [sys.executable, "-c", child], "next": [sys.executable, "-c", ""]}, 2,
+                               tmp_path / "logs")
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)  # stopped and reaped
 
-    def run(command, stdout=None, stderr=None):  # a run's process: seed 2 fails
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-            commands.append(command)
-        time.sleep(0.3)
-        stdout.write(f"seed {command[command.index('--seed') + 1]}\n")
-        with lock:
-            running[0] -= 1
-        return subprocess.CompletedProcess(command, int(command[command.index("--seed") + 1] == "2"))
 
-    monkeypatch.setattr(learning.subprocess, "run", run)
-    with pytest.raises(SystemExit, match=r"Failed runs \(rerun them to resume\): hotpotqa/random/seed 2$"):
-        learning.main(["--env", "hotpotqa", "--method", "random", "--seed", "0", "1", "2", "--jobs", "2",
-                       "--workdir", str(tmp_path), "--records", str(tmp_path / "records")])
-    assert peak[0] == 2 and len(commands) == 3
-    assert all(c[c.index("--workdir") + 1] == str(tmp_path) for c in commands)
-    assert all(c[c.index("--threads") + 1] == str(max(1, os.cpu_count() // 2)) for c in commands)  # a share each
-    assert (tmp_path / "logs" / "hotpotqa-random-seed1.log").read_text() == "seed 1\n"
+def test_side_by_side_runs_get_a_share_of_the_cores(learning, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(learning, "run_processes", lambda commands, jobs, logs: calls.append((commands, jobs, logs))
+                        or [])
+    monkeypatch.setattr(learning.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    base = ["--env", "hotpotqa", "--method", "random", "--workdir", str(tmp_path), "--records", str(tmp_path / "r")]
+
+    def threads(*argv):
+        learning.main([*base, *argv])
+        commands = calls[-1][0]
+        return {c[c.index("--threads") + 1] if "--threads" in c else None for c in commands.values()}
+
+    assert threads("--seed", "0", "1", "2", "3", "--jobs", "4") == {"2"}
+    assert threads("--seed", "0", "1", "--jobs", "8") == {"4"}  # two runs share the 8 cores, not eight
+    assert threads("--seed", "0", "1", "--jobs", "2", "--threads", "3") == {"3"}
+    assert threads("--seed", "0", "1") == {None}  # one at a time: torch's default
+    assert calls[-1][2] == tmp_path / "logs"
+    learning.main([*base, "--seed", "0", "1", "--jobs", "2", "--smoke"])
+    assert calls[-1][2] == tmp_path / "smoke" / "logs"
     with pytest.raises(SystemExit):
-        learning.main(["--env", "hotpotqa", "--method", "random", "--seed", "0", "1", "--jobs", "0"])
+        learning.main([*base, "--seed", "0", "1", "--jobs", "0"])
