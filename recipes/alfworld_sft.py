@@ -3,8 +3,9 @@
     accelerate launch recipes/alfworld_sft.py --config recipes/configs/alfworld_sft.yaml
     accelerate launch recipes/alfworld.py --config recipes/configs/alfworld.yaml --model_name_or_path outputs/alfworld-sft
 
-The expert plays the train games through the rollout collector with the same prompt and format as StarPO; its
-thinking is derived from the plan (``Task: ... 4 steps left: go to fridge 1, then open fridge 1.``). The pipeline is
+The expert plays the train games through the rollout collector with the same prompt and format as StarPO: its
+commands are the planner's, its thinking names only what the agent has observed (``Task: ... I need a bread; I
+have not seen one to take. Try garbagecan 1.``). The pipeline is
 `trl_starpo.recipes.run_sft`; every ExpertSFTConfig / ModelConfig field is a flag or a YAML key.
 """
 

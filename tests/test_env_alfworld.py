@@ -147,7 +147,7 @@ def test_the_engine_expert_wins_from_its_own_plan(env, task):
     assert reward == 1.0 and info["success"] and env.expert_action() is None
 
 
-def test_following_the_plan_needs_no_replanning_and_thinking_names_the_next_commands(env, task, monkeypatch):
+def test_following_the_plan_needs_no_replanning(env, task, monkeypatch):
     import starpo_alfworld.env as env_module
 
     def no_planner(engine):
@@ -158,14 +158,89 @@ def test_following_the_plan_needs_no_replanning_and_thinking_names_the_next_comm
     _, info = env.reset(options={"task": task})
     for i, command in enumerate(plan):
         assert env.expert_plan() == plan[i:] and env.expert_action() == command
-        thinking = env.expert_thinking()
-        assert thinking.startswith(f"Task: {info['goal']}. ")
-        if i < len(plan) - 1:
-            assert thinking.endswith(f"{len(plan) - i} steps left: {command}, then {plan[i + 1]}.")
-        else:
-            assert thinking.endswith(f"One step left: {command}.")
+        assert env.expert_thinking().startswith(f"Task: {info['goal']}. ")
         _, reward, terminated, *_ = env.step(command)
     assert terminated and reward == 1.0 and env.expert_plan() == [] and env.expert_action() is None
+
+
+def expert_episode(env, row):
+    """Play the expert on ``row``: the observations, and each turn's (thinking, command)."""
+    observation, _ = env.reset(options={"task": row})
+    observations, turns = [observation], []
+    while (command := env.expert_action()) is not None:
+        turns.append((env.expert_thinking(), command))
+        observation, _, terminated, truncated, info = env.step(command)
+        observations.append(observation)
+        if terminated or truncated:
+            break
+    return observations, turns, info["success"]
+
+
+def test_expert_thinking_names_only_what_the_agent_has_seen(cache, splits):
+    """The planner knows where everything is; the expert's thinking and commands may name an object or receptacle
+    only once an observation has shown it. One game of each type, and every train game whose plan acts on a
+    receptacle the agent is not at (the planner may take an object from a receptacle sharing the agent's spot)."""
+    from starpo_alfworld.thinking import acted_on_receptacle, named_things
+
+    def acts_from_afar(row):
+        at = None
+        for command in row["expert_plan"]:
+            if command.startswith("go to "):
+                at = command[6:]
+            elif acted_on_receptacle(command) not in (None, at):
+                return True
+        return False
+
+    rows = [smallest(splits["train"], task_type) for task_type in TASK_TYPES]
+    from_afar = [row for row in splits["train"] if acts_from_afar(row)]
+    assert len(from_afar) >= 10
+    env = AlfWorldEnv(cache_dir=cache)
+    for row in rows + from_afar:
+        observations, turns, success = expert_episode(env, row)
+        assert success, row["task_id"]
+        for turn, (thinking, command) in enumerate(turns):
+            seen_so_far = named_things("\n".join(observations[: turn + 1]))
+            assert named_things(thinking + " " + command) <= seen_so_far, (row["task_id"], thinking, command)
+        assert len(turns) <= 10
+
+
+def test_expert_thinking_reads_like_an_agent_that_looks():
+    from starpo_alfworld.thinking import Sightings, grounded_thinking, parse_goal
+
+    goal = parse_goal("heat some bread and put it in fridge")
+    assert (goal.target, goal.destination, goal.treatment) == ("bread", "fridge", "heat")
+    assert parse_goal("find two laptop and put them in bed").count == 2
+    assert parse_goal("examine the book with the desklamp").lamp == "desklamp"
+    seen = Sightings()
+    seen.observe("You are in the middle of a room. Looking quickly around you, you see a garbagecan 1, and a "
+                 "microwave 1.\n\nYour task is to: heat some bread and put it in fridge.")
+    assert grounded_thinking(goal, seen, "go to garbagecan 1").endswith(
+        "I need a bread; I have not seen one to take. Try garbagecan 1.")
+    seen.observe("You arrive at garbagecan 1. On the garbagecan 1, you see a bread 1, and a egg 2.")
+    assert seen.contents["garbagecan 1"] == ["bread 1", "egg 2"]
+    assert grounded_thinking(goal, seen, "take bread 1 from garbagecan 1").endswith(
+        "The garbagecan 1 has bread 1. Take it.")
+    seen.observe("You pick up the bread 1 from the garbagecan 1.")
+    assert seen.holding == "bread 1" and seen.where_seen("bread") is None
+    assert grounded_thinking(goal, seen, "go to microwave 1").endswith(
+        "I hold bread 1; it must be hot. Go to microwave 1.")
+    seen.observe("You heat the bread 1 using the microwave 1.")
+    assert grounded_thinking(goal, seen, "go to fridge 1").endswith(
+        "I hold bread 1; it goes in a fridge. Go to fridge 1.")
+    seen.observe("You open the fridge 1. The fridge 1 is open. In it, you see a apple 3.")
+    assert seen.contents["fridge 1"] == ["apple 3"]
+
+
+def test_the_expert_looks_before_it_takes_from_a_receptacle_at_its_spot(cache, splits):
+    """ALFWorld lets the planner take from a receptacle sharing the agent's spot, which the agent has not looked
+    at and cannot `go to`; the expert examines it first, and the plan still wins."""
+    row = next(row for row in splits["valid_unseen"] if row["task_id"] == "alfworld-valid_unseen-00038")
+    assert row["expert_plan"][:2] == ["go to shelf 4", "take cloth 2 from shelf 3"]
+    env = AlfWorldEnv(cache_dir=cache)
+    observations, turns, success = expert_episode(env, row)
+    assert success and [command for _, command in turns][:3] == [
+        "go to shelf 4", "examine shelf 3", "take cloth 2 from shelf 3"]
+    assert "cloth 2" in observations[2]
 
 
 def test_expert_demonstrations_on_alfworld_fit_the_recipe_settings(splits, cache):
@@ -185,7 +260,8 @@ def test_expert_demonstrations_on_alfworld_fit_the_recipe_settings(splits, cache
     trained = tokenizer.decode([t for t, m in zip(demos[1]["input_ids"], demos[1]["completion_mask"]) if m])
     plan = rows[1]["expert_plan"]
     assert trained.count("</answer>") == len(plan) and f"<answer>{plan[-1]}</answer>" in trained
-    assert trained.startswith(f"Task: {rows[1]['goal']}. {len(plan)} steps left: {plan[0]}, then {plan[1]}.</think>")
+    assert trained.startswith(f"Task: {rows[1]['goal']}. I need a ")
+    assert f"Try {plan[0][len('go to '):]}.</think><answer>{plan[0]}</answer>" in trained
 
 
 def test_the_attached_alfworld_expert_replans_every_step(cache, splits):

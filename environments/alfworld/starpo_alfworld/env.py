@@ -11,8 +11,9 @@ from trl_starpo.envs import TextEnvironment
 
 from .engine import INTRO_BANNER, make_engine, plan_from_here, preserved_argv
 from .games import game_file
+from .thinking import Sightings, acted_on_receptacle, grounded_thinking, parse_goal
 
-__all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv", "plan_thinking"]
+__all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv"]
 
 ACTION_DESCRIPTION = "one ALFWorld command from the list above"
 """Short, because the system prompt lists the commands (every prompt token is paid for on every update)."""
@@ -38,15 +39,6 @@ SYSTEM_PROMPT = (
 
 _SPACES = re.compile(r"\s+")
 _OBSERVATION_ONLY = frozenset({"checked", "examined"})
-
-
-def plan_thinking(goal: str, plan: list[str]) -> str:
-    """``Task: <goal>. <n> steps left: <next>, then <after>.``: the expert's reasoning, short enough for a turn."""
-    if not plan:
-        return f"Task: {goal}. Nothing is left to do."
-    if len(plan) == 1:
-        return f"Task: {goal}. One step left: {plan[0]}."
-    return f"Task: {goal}. {len(plan)} steps left: {plan[0]}, then {plan[1]}."
 
 
 def normalize_command(action: str) -> str:
@@ -103,6 +95,7 @@ class AlfWorldEnv(TextEnvironment):
         self._train = None
         self._plan: list[str] | None = None  # the planner's plan from the current state, once asked for
         self._goal = ""
+        self._seen = Sightings()
 
     # --------------------------------------------------------------------------------------------- protocol
 
@@ -140,6 +133,8 @@ class AlfWorldEnv(TextEnvironment):
             text = text[len(INTRO_BANNER):].lstrip("\n")
         goal = text.rsplit("Your task is to: ", 1)[-1].rstrip(".") if "Your task is to: " in text else ""
         self._goal = goal
+        self._seen = Sightings()
+        self._seen.observe(text)
         info = {
             "task_id": task.get("task_id"),
             "task_type": task.get("task_type"),
@@ -164,8 +159,9 @@ class AlfWorldEnv(TextEnvironment):
             self._plan = list(self._state["extra.expert_plan"] or [])
         elif self._plan and command == self._plan[0]:
             self._plan = self._plan[1:]  # the engine is deterministic: the rest of the plan still wins
-        else:
-            self._plan = None
+        elif not (self._plan and command == self._detour(self._plan[0])):
+            self._plan = None  # (a detour to the receptacle the plan acts on next keeps the plan valid)
+        self._seen.observe(self._state["feedback"])
         self._steps += 1
         won = bool(self._state["won"])
         truncated = not won and self._steps >= self.max_steps
@@ -193,14 +189,43 @@ class AlfWorldEnv(TextEnvironment):
         return list(self._plan)
 
     def expert_action(self) -> str | None:
-        """The first command of the planner's plan from the current state; ``None`` when the episode is over."""
+        """The planner's next command from the current state, where the agent could give it; ``None`` when the
+        episode is over.
+
+        ALFWorld lets the agent act on a receptacle that shares its spot without going there (the planner may
+        ``take bowl 1 from sinkbasin 1`` standing at the microwave), which names an object the agent has not seen.
+        The expert goes to that receptacle first, so every command of a demonstration follows from what it saw.
+        """
         plan = self.expert_plan()
-        return plan[0] if plan else None
+        if not plan:
+            return None
+        return self._detour(plan[0]) or plan[0]
 
     def expert_thinking(self) -> str:
-        """Thinking that leads to ``expert_action()``, derived from the plan (for SFT warm starts): the task, how
-        many commands are left, and the next two."""
-        return plan_thinking(self._goal, self.expert_plan())
+        """The reason for ``expert_action()`` in ReAct style, naming only what the agent has observed so far (the
+        goal, the room's receptacles, what visits and opened receptacles showed, what it holds): the thinking of
+        SFT warm starts, e.g. ``Task: put a hot bread in fridge. I need a bread; I have not seen one to take. Try
+        garbagecan 1.`` (see ``starpo_alfworld.thinking``)."""
+        action = self.expert_action()
+        if action is None:
+            return f"Task: {self._goal}. Nothing is left to do."
+        return grounded_thinking(parse_goal(self._goal), self._seen, action)
+
+    def _detour(self, command: str) -> str | None:
+        """The look that must come before ``command`` when it acts on a receptacle the agent has not looked at:
+        ``go to <receptacle>``, or ``examine <receptacle>`` for one at the agent's own spot (ALFWorld offers no
+        ``go to`` there)."""
+        receptacle = acted_on_receptacle(command)
+        if receptacle is None:
+            return None
+        admissible = self.admissible_actions()
+        if receptacle != self._seen.location and f"go to {receptacle}" in admissible:
+            return f"go to {receptacle}"
+        taking = re.match(r"take (.+) from ", command)
+        if taking and taking.group(1) not in self._seen.contents.get(receptacle, []):
+            look = f"examine {receptacle}"
+            return look if look in admissible else None
+        return None
 
     def close(self) -> None:
         """Drop the engine. (Its copy of Fast Downward's library stays loaded, as TextWorld leaves it: unloading it

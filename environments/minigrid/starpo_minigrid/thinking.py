@@ -8,8 +8,9 @@ A demonstration turn of an SFT warm start reads, for instance::
 The target is the first thing the expert's plan acts on: the object it picks up, the door it opens, the cell it
 drops its load on, or the goal (or object) whose reaching completes the mission. A target the agent sees is named
 as the observation names it and placed as the observation places things, relative to the agent; one out of view is
-named by its kind alone ("a key", "the goal") and not placed, so the thinking tells nothing the agent could not
-see (the choice of target and the plan are still the expert's, which sees the whole grid). The plan is the
+named by its kind alone ("a key", "the goal") and not placed, and only when the mission names that kind; otherwise
+the turn is "explore". So the thinking tells nothing the agent could not see or read (the choice of target and the
+plan are still the expert's, which sees the whole grid). The plan is the
 expert's actions up to the target, consecutive repeats counted, so a turn's actions are the plan's first ones;
 where the target is closer than a turn's actions reach, the turn goes on toward the next one.
 """
@@ -102,6 +103,8 @@ def expert_thinking(env: MiniGridTextEnv) -> str:
         return f"Next: explore. Plan: {summarize_plan(actions)}."
     verb, obj, position = target
     where = _where(env, position)
+    if where is None and verb != "drop" and not re.search(rf"\b{obj.type}\b", env.engine.mission):
+        return f"Next: explore. Plan: {summarize_plan(actions)}."  # the mission does not tell of such a thing
     if verb == "drop":  # the position is the cell the load goes to, not the load's
         goal = f"drop {_the(obj)}" + ("" if where is None else f" on the cell {where}")
     else:
