@@ -106,3 +106,57 @@ def load_default_model(model: str | None = None, **kwargs):
 
     path = resolve_model_path(model)
     return AutoModelForCausalLM.from_pretrained(path, **kwargs), AutoTokenizer.from_pretrained(path)
+
+
+def merged_warm_start(model_path: str, adapter: str) -> str:
+    """A folder holding ``model_path`` with the LoRA ``adapter`` merged in: the warm start an RL run starts from.
+
+    The merge is done once and kept under ``cache_dir()/warm_starts``, named by a hash of the base model's path
+    and the adapter's files, so changing either makes a new one. The adapter is loaded from safetensors only.
+    """
+    import hashlib
+
+    from filelock import FileLock
+
+    folder = Path(adapter).expanduser()
+    weights = folder / "adapter_model.safetensors"
+    if not (folder / "adapter_config.json").is_file() or not weights.is_file():
+        raise ValueError(
+            f"No LoRA adapter at {adapter!r}: a warm start is a folder with adapter_config.json and "
+            "adapter_model.safetensors (what a PEFT run's save_model writes)."
+        )
+    digest = hashlib.sha256(str(Path(model_path).expanduser().resolve()).encode())
+    for part in (folder / "adapter_config.json", weights):
+        digest.update(part.read_bytes())
+    target = cache_dir() / "warm_starts" / digest.hexdigest()[:16]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / "model.safetensors").is_file():
+            return str(target)
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        staging = target.with_name(target.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        base = AutoModelForCausalLM.from_pretrained(model_path)
+        merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+        merged.to(base.dtype).save_pretrained(staging, safe_serialization=True)
+        AutoTokenizer.from_pretrained(model_path).save_pretrained(staging)
+        os.replace(staging, target)
+    return str(target)
+
+
+def save_adapter(model, folder: str | Path, dtype: str = "bfloat16") -> Path:
+    """Save the LoRA adapter of a PEFT ``model`` to ``folder`` in ``dtype`` (bf16 halves an fp32 adapter, a few MB
+    for a 135M model), as ``adapter_config.json`` and ``adapter_model.safetensors``: a warm start to ship."""
+    import torch
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model)
+    save_file({name: tensor.detach().to(getattr(torch, dtype)).contiguous() for name, tensor in state.items()},
+              str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
+    model.peft_config["default"].save_pretrained(str(folder))
+    return folder

@@ -23,7 +23,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from .config import StarPOConfig
 from .envs import load_tasks
 from .hub.push import public_model_name, write_agent_files
-from .models import DEFAULT_MODEL, resolve_model_path
+from .models import DEFAULT_MODEL, merged_warm_start, resolve_model_path, save_adapter
 from .trainer import StarPOTrainer
 
 
@@ -45,9 +45,15 @@ class EvaluationArguments:
 
 @dataclass
 class RecipeArguments(EvaluationArguments):
-    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source and the validation episodes,
-    played before and after training. (What is kept of the run, the trajectory store, its HTML sample and the agent
-    files, are ``StarPOConfig`` fields.)"""
+    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source, the validation episodes, played
+    before and after training, and the warm start. (What is kept of the run, the trajectory store, its HTML sample
+    and the agent files, are ``StarPOConfig`` fields.)"""
+
+    warm_start: str | None = field(
+        default=None,
+        metadata={"help": "A LoRA adapter folder (an SFT run's, e.g. recipes/warm_starts/alfworld) merged into the "
+                          "model before training; validation then also plays the model without it ('untrained')."},
+    )
 
 
 def recipe_parser() -> TrlParser:
@@ -85,6 +91,49 @@ def resume_checkpoint(args: TrainingArguments) -> str | None:
     return str(value)
 
 
+def validation_table(splits: dict[str, dict[str, dict]], *, warm_start: bool, method: str) -> str:
+    """The validation results of a run as a Markdown table, one row a split and stage, with 95% Wilson intervals:
+    ``untrained`` and ``warm start`` where the run started from one, then the trained model."""
+    from .evaluation import success_interval
+
+    names = {"untrained": "untrained", "before": "warm start" if warm_start else "before training",
+             "after": f"after {method}"}
+    lines = ["| split | stage | success | 95% interval | return | valid actions | format errors |",
+             "|---|---|---:|---|---:|---:|---:|"]
+    for split, stages in splits.items():
+        for when, stats in stages.items():
+            episodes = stats["episodes"]
+            low, high = success_interval(stats["success"], episodes)
+            lines.append(
+                f"| {split} | {names.get(when, when)} | {round(stats['success'] * episodes)}/{episodes} | "
+                f"[{low:.2f}, {high:.2f}] | {stats['return']:.3f} | {stats['action_validity']:.3f} "
+                f"| {stats['format_error_rate']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, episodes: int) -> dict[str, dict]:
+    """Play the model at ``model_path`` (the base of a warm start) on each split as the trainer plays its own model:
+    the same prompts, limits, sampling and precision."""
+    from transformers import AutoModelForCausalLM
+
+    from .evaluation import ModelPolicy, evaluate
+    from .rollout.settings import RolloutSettings
+
+    args = trainer.args
+    model = AutoModelForCausalLM.from_pretrained(model_path).to(trainer.accelerator.device).eval()
+    policy = ModelPolicy(model, trainer.processing_class, RolloutSettings.from_config(args), temperature=args.temperature,
+                         top_p=args.top_p, seed=args.seed)
+    results = {}
+    with trainer.accelerator.autocast():
+        for split, tasks in splits.items():
+            count = min(episodes, len(tasks))
+            stats = evaluate(policy, trainer.environment_name, tasks, count,
+                             environment_kwargs=args.environment_kwargs, split=split).stats
+            results[split] = {**stats, "episodes": count}
+    return results
+
+
 def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
     return train(environment, *parse_arguments(argv))
@@ -93,6 +142,9 @@ def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, 
 def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_args: ModelConfig):
     """Train a StarPO agent on ``environment`` from parsed arguments (see :func:`run`); returns validation results."""
     model_name, model_path = resolve_model(model_args, args)
+    untrained_path = None
+    if recipe.warm_start:
+        untrained_path, model_path = model_path, merged_warm_start(model_path, recipe.warm_start)
 
     trainer = StarPOTrainer(
         model=model_path,
@@ -104,6 +156,8 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
     checkpoint = resume_checkpoint(args)
     agent = trainer.starpo_agent  # what starpo_agent.json and the card say; the validation results are added below
     agent.base_model = public_model_name(model_name)
+    if recipe.warm_start:
+        agent.training["warm_start"] = recipe.warm_start
     splits = {split: load_tasks(environment, split=split, source=recipe.tasks) for split in recipe.eval_splits}
     by_split = {split: {} for split in splits}
 
@@ -116,6 +170,9 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
     if recipe.eval_episodes and primary:
         agent.validation = {"split": primary, "episodes": min(recipe.eval_episodes, len(splits[primary])),
                             "temperature": args.temperature}
+        if untrained_path:
+            for split, stats in evaluate_untrained(trainer, untrained_path, splits, recipe.eval_episodes).items():
+                by_split[split]["untrained"] = stats
         evaluate("before")
         agent.validation["before"] = by_split[primary]["before"]
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -128,10 +185,8 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
     if trainer.accelerator.is_main_process:
         Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
         write_agent_files(trainer)  # the learning curves again, now with the validation lines
-        for split, stages in results.get("splits", {}).items():
-            for when, stats in stages.items():
-                print(f"{split} {when} training: success {stats['success']:.3f}, return {stats['return']:.3f}, "
-                      f"format errors {stats['format_error_rate']:.3f}")
+        print(validation_table(results.get("splits", {}), warm_start=bool(recipe.warm_start),
+                               method=args.preset or "StarPO"))
     # Saves the agent and its card; with push_to_hub, also pushes it and its trajectories.
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process and not args.push_to_hub:
@@ -182,7 +237,8 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     The demonstrations are the expert's train-split episodes played through the rollout collector (see
     ``trl_starpo.sft``), trained on with TRL's ``SFTTrainer``. ``output_dir`` gets a full model (a LoRA adapter is
     merged into its base), ready as ``--model_name_or_path`` of the StarPO recipe, with ``starpo_agent.json`` and
-    ``validation_results.json`` (the model's success after fine-tuning). Returns the validation results.
+    ``validation_results.json`` (the model's success after fine-tuning); with LoRA, also the adapter alone in bf16
+    under ``adapter/``, ready as the StarPO recipe's ``--warm_start``. Returns the validation results.
     """
     from transformers import AutoTokenizer
     from trl import SFTTrainer
@@ -224,6 +280,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
         if hasattr(model, "merge_and_unload"):
+            save_adapter(model, Path(args.output_dir, "adapter"))  # the warm start alone, for --warm_start
             model = model.merge_and_unload()
         model.save_pretrained(args.output_dir)
         tokenizer.save_pretrained(args.output_dir)

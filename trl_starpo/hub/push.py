@@ -93,6 +93,8 @@ def agent_record(trainer) -> AgentRecord:
     )
     if base and base.preset:
         record.preset = base.preset
+    if base:  # what the run added (its warm start, say), under the figures read from the trainer now
+        record.training = {**base.training, **record.training}
     return record
 
 

@@ -1,0 +1,98 @@
+"""A recipe starting from an SFT warm start: the adapter merged once, the untrained model played beside it."""
+
+import json
+
+import pytest
+import torch
+
+
+@pytest.fixture
+def adapter_dir(tmp_path, tiny_model_dir):
+    """A LoRA adapter on the tiny model whose update is not zero (PEFT initializes B to zero)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    path = tmp_path / "adapter"
+    model.save_pretrained(path)
+    return path
+
+
+def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_model_dir, tmp_path, monkeypatch):
+    from peft import AutoPeftModelForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    from trl_starpo.models import merged_warm_start
+
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    merged = merged_warm_start(tiny_model_dir, str(adapter_dir))
+    assert merged.startswith(str(tmp_path / "cache" / "warm_starts"))
+    assert merged_warm_start(tiny_model_dir, str(adapter_dir)) == merged  # kept, not merged again
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        expected = AutoPeftModelForCausalLM.from_pretrained(str(adapter_dir)).eval()(ids).logits
+        got = AutoModelForCausalLM.from_pretrained(merged).eval()(ids).logits
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()(ids).logits
+    assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, base, atol=1e-3)
+    with pytest.raises(ValueError, match="adapter_config.json and adapter_model.safetensors"):
+        merged_warm_start(tiny_model_dir, str(tmp_path))
+
+
+def test_a_recipe_from_a_warm_start_reports_untrained_warm_start_and_trained(
+    adapter_dir, tiny_model_dir, tmp_path, monkeypatch, capsys, counter_env
+):
+    from trl_starpo.recipes import run
+
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    results = run(counter_env, [
+        "--model_name_or_path", tiny_model_dir, "--warm_start", str(adapter_dir), "--output_dir", str(out),
+        "--num_generations", "2", "--per_device_train_batch_size", "2", "--max_steps", "1", "--max_turns", "2",
+        "--max_tokens_per_turn", "16", "--max_context_length", "512", "--eval_episodes", "2", "--report_to", "none",
+        "--save_strategy", "no", "--beta", "0.0", "--use_peft", "--lora_r", "4", "--lora_target_modules", "all-linear",
+    ])
+    stages = results["splits"]["validation"]
+    assert list(stages) == ["untrained", "before", "after"]
+    assert all(stats["episodes"] == 2 for stats in stages.values())
+    table = capsys.readouterr().out
+    assert "| validation | untrained | " in table and "| validation | warm start | " in table
+    assert "| validation | after StarPO | " in table
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"].startswith(str(tmp_path / "cache" / "warm_starts"))
+    record = json.loads((out / "starpo_agent.json").read_text())
+    assert record["training"]["warm_start"] == str(adapter_dir)
+
+
+def test_an_sft_run_with_lora_leaves_its_adapter_in_bf16_as_a_warm_start(counter_env, tiny_model_dir, tmp_path,
+                                                                         monkeypatch):
+    from peft import AutoPeftModelForCausalLM
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    from trl_starpo.models import merged_warm_start
+    from trl_starpo.recipes import run_sft
+
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "sft"
+    run_sft(counter_env, [
+        "--model_name_or_path", tiny_model_dir, "--output_dir", str(out), "--max_turns", "4",
+        "--max_actions_per_turn", "1", "--max_tokens_per_turn", "24", "--max_context_length", "512",
+        "--max_steps", "3", "--per_device_train_batch_size", "4", "--learning_rate", "1e-2", "--save_strategy", "no",
+        "--report_to", "none", "--eval_episodes", "0", "--use_peft", "--lora_r", "4",
+        "--lora_target_modules", "all-linear",
+    ])
+    adapter = out / "adapter"
+    with safe_open(str(adapter / "adapter_model.safetensors"), "pt") as weights:
+        assert {str(weights.get_tensor(name).dtype) for name in weights.keys()} == {"torch.bfloat16"}
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        saved = AutoModelForCausalLM.from_pretrained(out).eval()(ids).logits  # the merged fp32 model of the run
+        warm = AutoModelForCausalLM.from_pretrained(merged_warm_start(tiny_model_dir, str(adapter))).eval()(ids).logits
+        reloaded = AutoPeftModelForCausalLM.from_pretrained(str(adapter)).eval()(ids).logits
+    assert torch.allclose(warm, saved, atol=2e-2) and torch.allclose(warm, reloaded, atol=1e-5)
