@@ -204,6 +204,33 @@ def test_expert_thinking_names_only_what_the_agent_has_seen(cache, splits):
         assert len(turns) <= 10
 
 
+def test_a_searching_expert_reads_each_receptacle_and_moves_on(cache, splits):
+    """With ``expert_search``, the expert first looks in receptacles the plan does not use, says what it saw, and
+    still wins; the draw is the game's, so the same game searches the same way."""
+    from starpo_alfworld.thinking import named_things
+
+    env = AlfWorldEnv(cache_dir=cache, expert_search=2)
+    rows = [smallest(splits["valid_unseen"], task_type) for task_type in TASK_TYPES]
+    searched = said_not_here = 0
+    for row in rows:
+        observations, turns, success = expert_episode(env, row)
+        assert success, row["task_id"]
+        for turn, (thinking, command) in enumerate(turns):
+            assert named_things(thinking + " " + command) <= named_things("\n".join(observations[: turn + 1]))
+        commands = [command for _, command in turns]
+        searched += len(commands) > len(row["expert_plan"])
+        for turn, (thinking, command) in enumerate(turns[1:], 1):
+            if " has no " in thinking:  # said right after arriving somewhere the target is not
+                said_not_here += 1
+                place = thinking.split("The ", 2)[-1].split(" has no ")[0]
+                assert observations[turn].startswith(f"You arrive at {place}.") or f"open the {place}" in \
+                    observations[turn].lower()
+        assert expert_episode(env, row)[1] == turns
+    assert searched >= 2 and said_not_here >= 2
+    with pytest.raises(ValueError, match="expert_search"):
+        AlfWorldEnv(expert_search=-1)
+
+
 def test_expert_thinking_reads_like_an_agent_that_looks():
     from starpo_alfworld.thinking import Sightings, grounded_thinking, parse_goal
 

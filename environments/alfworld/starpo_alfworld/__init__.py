@@ -71,7 +71,7 @@ def resolve_split(split: str) -> str:
 
 def load_environment(**kwargs: Any) -> AlfWorldEnv:
     """Create an ``AlfWorldEnv``; ``kwargs`` are its constructor arguments (``max_steps``, ``show_admissible``,
-    ``expert``, ``cache_dir``)."""
+    ``expert``, ``cache_dir``, ``expert_search``)."""
     return AlfWorldEnv(**kwargs)
 
 

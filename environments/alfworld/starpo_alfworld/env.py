@@ -11,7 +11,7 @@ from trl_starpo.envs import TextEnvironment
 
 from .engine import INTRO_BANNER, make_engine, plan_from_here, preserved_argv
 from .games import game_file
-from .thinking import Sightings, acted_on_receptacle, grounded_thinking, parse_goal
+from .thinking import Sightings, acted_on_receptacle, grounded_thinking, named_things, parse_goal
 
 __all__ = ["ACTION_DESCRIPTION", "SYSTEM_PROMPT", "AlfWorldEnv"]
 
@@ -74,6 +74,11 @@ class AlfWorldEnv(TextEnvironment):
             ``info["expert_plan"]``. Planning takes from milliseconds to several seconds (a kitchen after a few random
             moves), so it is off by default.
         cache_dir: Where generated games are written (see ``games.cache_dir``).
+        expert_search: Receptacles the expert looks in, at most, before it goes where the planner knows the target
+            to be: a number from 0 to this drawn per game, among the receptacles the plan does not use. The planner
+            goes straight to the target, so its episodes never show an agent reading that a receptacle lacks what
+            it needs and moving on; with a search they do (and an object of the goal's kind found on the way is
+            taken, the planner planning from there). 0: the planner's own path.
     """
 
     system_prompt = SYSTEM_PROMPT
@@ -81,8 +86,11 @@ class AlfWorldEnv(TextEnvironment):
     example_action = "look"  # admissible in every state
 
     def __init__(self, max_steps: int = 50, show_admissible: bool = False, expert: bool = False,
-                 cache_dir: str | Path | None = None):
+                 cache_dir: str | Path | None = None, expert_search: int = 0):
+        if not isinstance(expert_search, int) or expert_search < 0:
+            raise ValueError(f"expert_search must be a whole number >= 0, got {expert_search!r}.")
         self.max_steps = max_steps
+        self.expert_search = expert_search
         self.show_admissible = show_admissible
         self.expert = expert
         self.cache_dir = cache_dir
@@ -96,6 +104,7 @@ class AlfWorldEnv(TextEnvironment):
         self._plan: list[str] | None = None  # the planner's plan from the current state, once asked for
         self._goal = ""
         self._seen = Sightings()
+        self._search: list[str] = []  # receptacles the expert still means to look in before following the plan
 
     # --------------------------------------------------------------------------------------------- protocol
 
@@ -135,6 +144,7 @@ class AlfWorldEnv(TextEnvironment):
         self._goal = goal
         self._seen = Sightings()
         self._seen.observe(text)
+        self._search = self._search_route(task)
         info = {
             "task_id": task.get("task_id"),
             "task_type": task.get("task_type"),
@@ -153,14 +163,16 @@ class AlfWorldEnv(TextEnvironment):
         command = normalize_command(action)
         valid = command in self._state["admissible_commands"]
         before = self._world_facts()
+        searching = self._search and command == self._search_step()
         with preserved_argv():
             self._state, score, _ = self._engine.step(command)
         if self.expert:
             self._plan = list(self._state["extra.expert_plan"] or [])
         elif self._plan and command == self._plan[0]:
             self._plan = self._plan[1:]  # the engine is deterministic: the rest of the plan still wins
-        elif not (self._plan and command == self._detour(self._plan[0])):
-            self._plan = None  # (a detour to the receptacle the plan acts on next keeps the plan valid)
+        elif not (searching and not command.startswith("take ")) and not (
+                self._plan and command == self._detour(self._plan[0])):
+            self._plan = None  # (looking elsewhere, or at the receptacle the plan acts on next, keeps the plan valid)
         self._seen.observe(self._state["feedback"])
         self._steps += 1
         won = bool(self._state["won"])
@@ -199,7 +211,7 @@ class AlfWorldEnv(TextEnvironment):
         plan = self.expert_plan()
         if not plan:
             return None
-        return self._detour(plan[0]) or plan[0]
+        return self._search_step() or self._detour(plan[0]) or plan[0]
 
     def expert_thinking(self) -> str:
         """The reason for ``expert_action()`` in ReAct style, naming only what the agent has observed so far (the
@@ -210,6 +222,35 @@ class AlfWorldEnv(TextEnvironment):
         if action is None:
             return f"Task: {self._goal}. Nothing is left to do."
         return grounded_thinking(parse_goal(self._goal), self._seen, action)
+
+    def _search_route(self, task: dict[str, Any]) -> list[str]:
+        """The receptacles the expert looks in first (see ``expert_search``), drawn from the task's id."""
+        if not self.expert_search or not self._plan:
+            return []
+        used = named_things(" ".join(self._plan))
+        room = sorted(named_things(self._seen.text) - used)
+        draw = random.Random(f"{task.get('task_id')}|{task.get('seed')}")
+        return draw.sample(room, min(draw.randint(0, self.expert_search), len(room)))
+
+    def _search_step(self) -> str | None:
+        """The next command of the search: go to the next receptacle, open it, or take the target found there."""
+        target = parse_goal(self._goal).target
+        while self._search and self._seen.holding is None:
+            place = self._search[0]
+            admissible = self.admissible_actions()
+            if self._seen.location != place:
+                if f"go to {place}" in admissible:
+                    return f"go to {place}"
+            elif place not in self._seen.contents:
+                if f"open {place}" in admissible:
+                    return f"open {place}"
+            else:
+                found = [thing for thing in self._seen.contents[place] if thing.split()[0] == target]
+                if found and f"take {found[0]} from {place}" in admissible:
+                    return f"take {found[0]} from {place}"
+            self._search.pop(0)
+        self._search = [] if self._seen.holding is not None else self._search
+        return None
 
     def _detour(self, command: str) -> str | None:
         """The look that must come before ``command`` when it acts on a receptacle the agent has not looked at:

@@ -169,9 +169,15 @@ def _reason_to_go(goal: Goal, seen: Sightings, place: str) -> str:
         prefix = ""
         if goal.count == 2 and seen.placed:
             prefix = f"One {target} is in place; I need another. "
+        here = seen.contents.get(seen.location or "")
+        if not prefix and here is not None and goal.target and not any(
+                _kind(thing) == target and thing not in seen.placed for thing in here):
+            prefix += f"The {seen.location} has no {target}. "
         found = seen.where_seen(target) if goal.target else None
         if found == place:
             return f"{prefix}I saw a {target} at {place}. Go there."
+        if prefix:
+            return f"{prefix}Try {place}."
         return f"{prefix}I need a {target}; I have not seen one to take. Try {place}."
     if goal.treatment and holding not in seen.treated:
         return f"I hold {holding}; it must be {_ADJECTIVE[goal.treatment]}. Go to {place}."
