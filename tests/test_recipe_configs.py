@@ -39,22 +39,28 @@ def test_config_parses(config):
     assert config.stem.removesuffix("_sft") in trl_starpo.list_environments()
 
 
-def test_alfworld_cpu_default_and_its_warm_start_share_the_prompt_and_format():
+def test_alfworld_cpu_default_starts_from_the_shipped_warm_start_with_its_prompt_and_format():
+    import json
+
     from trl import ModelConfig, TrlParser
 
     from trl_starpo.recipes import EvaluationArguments, parse_arguments
     from trl_starpo.sft import ExpertSFTConfig
 
-    _, rl, _ = parse_arguments(["--config", str(ROOT / "recipes/configs/alfworld.yaml")])
-    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+    recipe, rl, model = parse_arguments(["--config", str(ROOT / "recipes/configs/alfworld.yaml")])
+    _, sft, sft_model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
         args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
     )
-    # The CPU default answers directly, so the preset's thinking critic is off; the warm start demonstrates thinking.
-    assert rl.preset == "starpo-s" and not rl.enable_thinking and rl.thinking_critic is False
-    assert sft.enable_thinking and sft.max_tokens_per_turn == 64
-    shared = ("max_actions_per_turn", "max_context_length", "prefill_opening_tag", "action_separator", "format_penalty")
+    assert rl.preset == "starpo-s" and rl.enable_thinking and rl.thinking_critic is True
+    shared = ("max_turns", "max_actions_per_turn", "max_actions_per_trajectory", "max_tokens_per_turn",
+              "max_context_length", "enable_thinking", "prefill_opening_tag", "action_separator", "format_penalty")
     assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
     assert rl.environment_kwargs.get("show_admissible", False) == sft.environment_kwargs.get("show_admissible", False)
+    adapter = ROOT / recipe.warm_start
+    shipped = json.loads((adapter / "adapter_config.json").read_text())
+    assert shipped["base_model_name_or_path"] == model.model_name_or_path == sft_model.model_name_or_path
+    assert shipped["r"] == sft_model.lora_r and (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
+    assert recipe.eval_splits == ["valid_unseen"]  # make train reports held-out games only
 
 
 def parse_dpo(config):

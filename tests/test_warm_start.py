@@ -95,4 +95,5 @@ def test_an_sft_run_with_lora_leaves_its_adapter_in_bf16_as_a_warm_start(counter
         saved = AutoModelForCausalLM.from_pretrained(out).eval()(ids).logits  # the merged fp32 model of the run
         warm = AutoModelForCausalLM.from_pretrained(merged_warm_start(tiny_model_dir, str(adapter))).eval()(ids).logits
         reloaded = AutoPeftModelForCausalLM.from_pretrained(str(adapter)).eval()(ids).logits
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == tiny_model_dir
     assert torch.allclose(warm, saved, atol=2e-2) and torch.allclose(warm, reloaded, atol=1e-5)
