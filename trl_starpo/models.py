@@ -8,6 +8,7 @@ The dequantized weights are close to, not bit-identical with, the published bf16
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -146,9 +147,10 @@ def merged_warm_start(model_path: str, adapter: str) -> str:
     return str(target)
 
 
-def save_adapter(model, folder: str | Path, dtype: str = "bfloat16") -> Path:
+def save_adapter(model, folder: str | Path, dtype: str = "bfloat16", base_model: str | None = None) -> Path:
     """Save the LoRA adapter of a PEFT ``model`` to ``folder`` in ``dtype`` (bf16 halves an fp32 adapter, a few MB
-    for a 135M model), as ``adapter_config.json`` and ``adapter_model.safetensors``: a warm start to ship."""
+    for a 135M model), as ``adapter_config.json`` and ``adapter_model.safetensors``: a warm start to ship.
+    ``base_model`` replaces the config's base (a local cache path, say) with the name users know."""
     import torch
     from peft import get_peft_model_state_dict
     from safetensors.torch import save_file
@@ -158,5 +160,8 @@ def save_adapter(model, folder: str | Path, dtype: str = "bfloat16") -> Path:
     state = get_peft_model_state_dict(model)
     save_file({name: tensor.detach().to(getattr(torch, dtype)).contiguous() for name, tensor in state.items()},
               str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    model.peft_config["default"].save_pretrained(str(folder))
+    config = copy.copy(model.peft_config["default"])
+    if base_model:
+        config.base_model_name_or_path = base_model
+    config.save_pretrained(str(folder))
     return folder

@@ -104,10 +104,10 @@ def validation_table(splits: dict[str, dict[str, dict]], *, warm_start: bool, me
         for when, stats in stages.items():
             episodes = stats["episodes"]
             low, high = success_interval(stats["success"], episodes)
+            validity = f"{stats['action_validity']:.3f}" if stats.get("actions") else "-"  # no action sent
             lines.append(
                 f"| {split} | {names.get(when, when)} | {round(stats['success'] * episodes)}/{episodes} | "
-                f"[{low:.2f}, {high:.2f}] | {stats['return']:.3f} | {stats['action_validity']:.3f} "
-                f"| {stats['format_error_rate']:.3f} |"
+                f"[{low:.2f}, {high:.2f}] | {stats['return']:.3f} | {validity} | {stats['format_error_rate']:.3f} |"
             )
     return "\n".join(lines)
 
@@ -280,7 +280,8 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     if trainer.accelerator.is_main_process:
         model = trainer.accelerator.unwrap_model(trainer.model)
         if hasattr(model, "merge_and_unload"):
-            save_adapter(model, Path(args.output_dir, "adapter"))  # the warm start alone, for --warm_start
+            # the warm start alone, for --warm_start
+            save_adapter(model, Path(args.output_dir, "adapter"), base_model=public_model_name(model_name))
             model = model.merge_and_unload()
         model.save_pretrained(args.output_dir)
         tokenizer.save_pretrained(args.output_dir)
