@@ -2,13 +2,13 @@
 
     python benchmarks/alfworld_warm_start.py record NAME --sft outputs/alfworld-sft \
         --eval outputs/eval-valid_seen.json --episodes outputs/eval-valid_seen/alfworld-valid_seen-model \
-        --note "what else ran"
+        --command "the SFT command" --note "what else ran"
     python benchmarks/alfworld_warm_start.py table
 
 An SFT run is `recipes/alfworld_sft.py` (its folder holds trainer_state.json and starpo_agent.json); its evaluation
 is `trl-starpo eval --json --save_trajectories` on a validation split, whose saved episodes give each game's outcome,
 so two warm starts compare game by game (an exact sign test over the games one wins and the other loses). Records go
-to benchmarks/learning_runs/alfworld-warm-start/NAME.json.
+to benchmarks/alfworld_runs/warm-start/NAME.json.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import json
 import subprocess
 from pathlib import Path
 
-RECORDS = Path(__file__).parent / "learning_runs" / "alfworld-warm-start"
+RECORDS = Path(__file__).parent / "alfworld_runs" / "warm-start"
 
 
 def commit() -> dict:

@@ -120,8 +120,8 @@ COLUMNS = {
         held_out="valid_unseen", budget=2560, environment_kwargs={"max_steps": 50, "expert_search": 2},
         rollout=dict(max_turns=10, max_actions_per_turn=1, max_actions_per_trajectory=10, max_tokens_per_turn=64,
                      max_context_length=2048, enable_thinking=True),
-        # every train game, with the searching expert and grounded thinking of recipes/configs/alfworld_sft.yaml (48
-        # planner-only games won 0 of 8 validation games; all 300, planner-only, 7 of 60 valid_seen)
+        # every train game, with the searching expert and grounded thinking, as recipes/configs/alfworld_sft.yaml
+        # (this column's own schedule; 48 planner-only games won 0 of 8 validation games, all 300 planner-only 7 of 60)
         sft_episodes=300, sft_epochs=1, gradient_checkpointing=True,
     ),
     "webshop": Column(

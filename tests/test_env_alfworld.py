@@ -170,6 +170,7 @@ def expert_episode(env, row):
     while (command := env.expert_action()) is not None:
         turns.append((env.expert_thinking(), command))
         observation, _, terminated, truncated, info = env.step(command)
+        assert info["action_is_valid"], (row["task_id"], command, observation)  # every command is one ALFWorld takes
         observations.append(observation)
         if terminated or truncated:
             break
@@ -227,8 +228,9 @@ def test_a_searching_expert_reads_each_receptacle_and_moves_on(cache, splits):
                     observations[turn].lower()
         assert expert_episode(env, row)[1] == turns
     assert searched >= 2 and said_not_here >= 2
-    with pytest.raises(ValueError, match="expert_search"):
-        AlfWorldEnv(expert_search=-1)
+    for wrong in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="expert_search"):
+            AlfWorldEnv(expert_search=wrong)
 
 
 def test_expert_thinking_reads_like_an_agent_that_looks():

@@ -33,7 +33,15 @@ def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_m
     monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
     merged = merged_warm_start(tiny_model_dir, str(adapter_dir))
     assert merged.startswith(str(tmp_path / "cache" / "warm_starts"))
+    import peft
+
+    def no_second_merge(*args, **kwargs):
+        raise AssertionError("the warm start was merged again")
+
+    monkeypatch.setattr(peft.PeftModel, "from_pretrained", no_second_merge)
     assert merged_warm_start(tiny_model_dir, str(adapter_dir)) == merged  # kept, not merged again
+    monkeypatch.undo()
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
     ids = torch.tensor([[1, 5, 9, 3]])
     with torch.no_grad():
         expected = AutoPeftModelForCausalLM.from_pretrained(str(adapter_dir)).eval()(ids).logits
@@ -42,6 +50,18 @@ def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_m
     assert torch.allclose(got, expected, atol=1e-5) and not torch.allclose(got, base, atol=1e-3)
     with pytest.raises(ValueError, match="adapter_config.json and adapter_model.safetensors"):
         merged_warm_start(tiny_model_dir, str(tmp_path))
+    pickled = tmp_path / "pickled"  # weights only as a pickle: refused, never loaded
+    pickled.mkdir()
+    (pickled / "adapter_config.json").write_text((adapter_dir / "adapter_config.json").read_text())
+    (pickled / "adapter_model.bin").write_bytes(b"not loaded")
+    with pytest.raises(ValueError, match="adapter_model.safetensors"):
+        merged_warm_start(tiny_model_dir, str(pickled))
+    other = tmp_path / "not-lora"
+    other.mkdir()
+    (other / "adapter_config.json").write_text(json.dumps({"peft_type": "PROMPT_TUNING"}))
+    (other / "adapter_model.safetensors").write_bytes((adapter_dir / "adapter_model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="not a plain LoRA adapter"):
+        merged_warm_start(tiny_model_dir, str(other))
 
 
 def test_a_recipe_from_a_warm_start_reports_untrained_warm_start_and_trained(

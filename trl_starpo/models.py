@@ -126,6 +126,12 @@ def merged_warm_start(model_path: str, adapter: str) -> str:
             f"No LoRA adapter at {adapter!r}: a warm start is a folder with adapter_config.json and "
             "adapter_model.safetensors (what a PEFT run's save_model writes)."
         )
+    import json
+
+    config = json.loads((folder / "adapter_config.json").read_text())
+    if config.get("peft_type") != "LORA" or config.get("megatron_config"):
+        raise ValueError(f"The warm start at {adapter!r} is not a plain LoRA adapter (peft_type "
+                         f"{config.get('peft_type')!r}); only LoRA adapters are merged.")
     digest = hashlib.sha256(str(Path(model_path).expanduser().resolve()).encode())
     for part in (folder / "adapter_config.json", weights):
         digest.update(part.read_bytes())

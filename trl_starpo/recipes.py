@@ -113,15 +113,19 @@ def validation_table(splits: dict[str, dict[str, dict]], *, warm_start: bool, me
 
 
 def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, episodes: int) -> dict[str, dict]:
-    """Play the model at ``model_path`` (the base of a warm start) on each split as the trainer plays its own model:
-    the same prompts, limits, sampling and precision."""
+    """Play the model at ``model_path`` (the base of a warm start) on each split with the trainer's prompts, limits,
+    temperature, top-p and precision. Every process plays every episode (validation before training is small)."""
     from transformers import AutoModelForCausalLM
 
     from .evaluation import ModelPolicy, evaluate
     from .rollout.settings import RolloutSettings
 
+    import torch
+
     args = trainer.args
-    model = AutoModelForCausalLM.from_pretrained(model_path).to(trainer.accelerator.device).eval()
+    rng = torch.get_rng_state()  # the policy seeds torch per batch; training goes on as it would have without this
+    model = AutoModelForCausalLM.from_pretrained(model_path, **(args.model_init_kwargs or {}))
+    model = model.to(trainer.accelerator.device).eval()
     policy = ModelPolicy(model, trainer.processing_class, RolloutSettings.from_config(args), temperature=args.temperature,
                          top_p=args.top_p, seed=args.seed)
     results = {}
@@ -131,6 +135,7 @@ def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, ep
             stats = evaluate(policy, trainer.environment_name, tasks, count,
                              environment_kwargs=args.environment_kwargs, split=split).stats
             results[split] = {**stats, "episodes": count}
+    torch.set_rng_state(rng)
     return results
 
 
@@ -144,6 +149,12 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
     model_name, model_path = resolve_model(model_args, args)
     untrained_path = None
     if recipe.warm_start:
+        if args.push_to_hub and model_args.use_peft:
+            raise ValueError(
+                "push_to_hub with warm_start and use_peft would push a LoRA adapter whose base is the merged warm "
+                "start in this machine's cache: push the warm start's merged model first and train from it with "
+                "--model_name_or_path, or train without use_peft."
+            )
         untrained_path, model_path = model_path, merged_warm_start(model_path, recipe.warm_start)
 
     trainer = StarPOTrainer(

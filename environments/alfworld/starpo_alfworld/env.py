@@ -87,7 +87,7 @@ class AlfWorldEnv(TextEnvironment):
 
     def __init__(self, max_steps: int = 50, show_admissible: bool = False, expert: bool = False,
                  cache_dir: str | Path | None = None, expert_search: int = 0):
-        if not isinstance(expert_search, int) or expert_search < 0:
+        if isinstance(expert_search, bool) or not isinstance(expert_search, int) or expert_search < 0:
             raise ValueError(f"expert_search must be a whole number >= 0, got {expert_search!r}.")
         self.max_steps = max_steps
         self.expert_search = expert_search
@@ -164,14 +164,14 @@ class AlfWorldEnv(TextEnvironment):
         valid = command in self._state["admissible_commands"]
         before = self._world_facts()
         searching = self._search and command == self._search_step()
+        detour = self._detour(self._plan[0]) if self._plan and not self.expert else None
         with preserved_argv():
             self._state, score, _ = self._engine.step(command)
         if self.expert:
             self._plan = list(self._state["extra.expert_plan"] or [])
         elif self._plan and command == self._plan[0]:
             self._plan = self._plan[1:]  # the engine is deterministic: the rest of the plan still wins
-        elif not (searching and not command.startswith("take ")) and not (
-                self._plan and command == self._detour(self._plan[0])):
+        elif not (searching and not command.startswith("take ")) and command != detour:
             self._plan = None  # (looking elsewhere, or at the receptacle the plan acts on next, keeps the plan valid)
         self._seen.observe(self._state["feedback"])
         self._steps += 1
