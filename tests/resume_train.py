@@ -29,13 +29,44 @@ class KillAt(TrainerCallback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kill_while_saving(trainer, stage: str, step: int) -> None:
+    """SIGKILL every process at ``stage`` of writing checkpoint-``step``: before the optimizer state (only the weights
+    written), after the Trainer's own files, after the trajectory store, or just before the seal."""
+    from trl_starpo.monitor.callbacks import TrajectoryStoreCallback
+
+    def kill() -> None:
+        if trainer.state.global_step == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def before(owner, name):
+        original = getattr(owner, name)
+        setattr(owner, name, lambda *args, **kwargs: (kill(), original(*args, **kwargs))[1])
+
+    def after(owner, name):
+        original = getattr(owner, name)
+        setattr(owner, name, lambda *args, **kwargs: (original(*args, **kwargs), kill())[0])
+
+    if stage == "weights":
+        before(trainer, "_save_optimizer_and_scheduler")
+    elif stage == "trainer_state":
+        after(trainer, "_save_checkpoint")
+    elif stage == "store":
+        after(next(c for c in trainer.callback_handler.callbacks if isinstance(c, TrajectoryStoreCallback)), "on_save")
+    elif stage == "seal":
+        before(trainer.checkpoint_seal, "on_save")
+    else:
+        raise ValueError(stage)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
     parser.add_argument("output_dir")
     parser.add_argument("--kill-at", type=int)
-    parser.add_argument("--resume")
+    parser.add_argument("--resume", help="a checkpoint folder, or 'last' for the newest whole one")
+    parser.add_argument("--kill-while-saving", help="weights, trainer_state, store or seal (of checkpoint-6)")
     options = parser.parse_args()
+    resume = True if options.resume == "last" else options.resume
 
     # Three tasks, one group of 4 trajectories (2 per rank) per generation, each used for two updates: an epoch is 6
     # steps, so the run crosses an epoch, and checkpoint-3 falls between the two updates of a generation batch.
@@ -46,11 +77,14 @@ def main() -> None:
         save_strategy="steps", save_steps=SAVE_STEPS,
     )
     trainer = StarPOTrainer(options.model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
-    attach_agent_callbacks(trainer, environment="counter", progress=False, resume_from_checkpoint=options.resume)
-    add_echo_trap_monitor(trainer, probe_every=3, probe_size=2, resume_from_checkpoint=options.resume)
+    folder = None if resume is True else resume  # with 'last', the callbacks read trainer.resumed_from
+    attach_agent_callbacks(trainer, environment="counter", progress=False, resume_from_checkpoint=folder)
+    add_echo_trap_monitor(trainer, probe_every=3, probe_size=2, resume_from_checkpoint=folder)
     if options.kill_at:
         trainer.add_callback(KillAt(options.kill_at))
-    trainer.train(resume_from_checkpoint=options.resume)
+    if options.kill_while_saving:
+        kill_while_saving(trainer, options.kill_while_saving, step=2 * SAVE_STEPS)
+    trainer.train(resume_from_checkpoint=resume)
     trainer.accelerator.wait_for_everyone()
     if dist.is_initialized():
         dist.destroy_process_group()

@@ -159,6 +159,13 @@ def test_envs_lists_the_registered_environments(env_path):
     assert any(line.startswith(NAME) and "validation=6" in line for line in done.stdout.splitlines())
 
 
+def short_train_argv(model, output_dir):
+    return ["train", "--env", NAME, "--model", model, "--preset", "starpo", "--output_dir", str(output_dir),
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--max_steps", "1", "--max_turns", "2",
+            "--max_tokens_per_turn", "16", "--max_context_length", "512", "--report_to", "none",
+            "--save_strategy", "no", "--beta", "0.0"]
+
+
 def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path):
     from starpo_testenv import register
 
@@ -167,10 +174,8 @@ def test_train_runs_the_recipe_with_a_preset(tmp_path, tiny_agent_dir, env_path)
     undo = register(env_path)
     try:
         code = main([
-            "train", "--env", NAME, "--model", tiny_agent_dir, "--preset", "starpo",
-            "--output_dir", str(tmp_path / "out"), "--num_generations", "4", "--per_device_train_batch_size", "4",
-            "--max_steps", "1", "--max_turns", "2", "--max_tokens_per_turn", "16", "--max_context_length", "512",
-            "--eval_episodes", "2", "--report_to", "none", "--save_strategy", "no", "--beta", "0.0",
+            *short_train_argv(tiny_agent_dir, tmp_path / "out"), "--eval_episodes", "2",
+            "--entropy_coef", "0.01",  # the tiny agent wins every episode: no spread, the entropy term moves it
         ])
     finally:
         undo()
@@ -394,3 +399,33 @@ def test_play_lists_at_most_forty_admissible_actions(env_path):
     assert done.returncode == 1, done.stderr
     (listing,) = [line for line in done.stdout.splitlines() if line.startswith("admissible:")]
     assert listing.endswith(", ... (7680 in all)") and listing.count(",") == 40
+
+
+def test_train_fails_in_one_line_and_saves_no_agent_when_no_step_changed_the_model(tmp_path, tiny_agent_dir, env_path,
+                                                                                  capsys, monkeypatch):
+    import torch
+    from starpo_testenv import register
+
+    from trl_starpo import StarPOTrainer
+    from trl_starpo.cli import main
+
+    score = StarPOTrainer.score_trajectories
+
+    def tied(self, *args, **kwargs):  # every group's returns alike, as an untrained model's malformed answers make them
+        output = score(self, *args, **kwargs)
+        output["advantages"] = torch.zeros_like(output["advantages"])
+        return output
+
+    monkeypatch.setattr(StarPOTrainer, "score_trajectories", tied)
+    undo = register(env_path)
+    try:
+        code = main([*short_train_argv(tiny_agent_dir, tmp_path / "out"), "--eval_episodes", "0"])
+    finally:
+        undo()
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code != 0
+    assert error.startswith("trl-starpo train: error: training ended without changing the model: none of the 1 "
+                            "optimizer steps carried a gradient")
+    out = tmp_path / "out"
+    for name in ("model.safetensors", "README.md", "starpo_agent.json"):
+        assert not (out / name).exists(), name

@@ -258,3 +258,26 @@ def test_scripted_evaluation_uses_the_timeout_and_a_fresh_environment_afterwards
     first, second = result.trajectories
     assert first.truncation == "env_timeout" and second.success
     assert len(built) == 2 and result.stats["env_timeout"] == 0.5
+
+
+def test_hung_environment_calls_are_counted_and_bounded(monkeypatch):
+    from trl_starpo.rollout import env_calls
+
+    monkeypatch.setattr(env_calls, "_hung", set())  # calls other tests left hung end on their own schedule
+    monkeypatch.setattr(env_calls, "MAX_HUNG_CALLS", 2)
+    release = threading.Event()
+    hung_before = 0
+    for _ in range(2):
+        with pytest.raises(env_calls.EnvironmentFault, match=r"step\(\) did not return within 0.05 s"):
+            env_calls.call_with_timeout(release.wait, 0.05, "step")
+    assert env_calls.hung_calls() == hung_before + 2
+    threads = threading.active_count()
+    with pytest.raises(env_calls.EnvironmentFault, match="not started: .* earlier environment calls hung"):
+        env_calls.call_with_timeout(lambda: "never called", 0.05, "step")
+    assert threading.active_count() == threads  # no thread started for it
+    release.set()
+    deadline = time.monotonic() + 5
+    while env_calls.hung_calls() > hung_before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert env_calls.hung_calls() == hung_before
+    assert env_calls.call_with_timeout(lambda: "ok", 0.05, "step") == "ok"

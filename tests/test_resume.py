@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from test_multiprocess import launch_two_processes
 
+from trl_starpo.checkpoints import IncompleteCheckpointError, checkpoint_problem, resolve_resume
 from trl_starpo.resume import EpochSeededSampler
 from trl_starpo.store import TrajectoryStore
 
@@ -68,22 +69,17 @@ def test_the_task_order_of_an_epoch_does_not_depend_on_the_epochs_before():
     assert orders[0] != orders[2] and sorted(orders[2]) == sorted(orders[0]) and len(resumed) == 20
 
 
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_a_run_killed_and_resumed_ends_as_the_uninterrupted_run(tmp_path, tiny_agent_dir):
-    full, killed = tmp_path / "full", tmp_path / "killed"
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_agent_dir):
+    full = tmp_path_factory.mktemp("full")
     done = launch_two_processes(SCRIPT, tiny_agent_dir, str(full), port=29519)
     assert done.returncode == 0, done.stderr[-4000:]
+    return full
 
-    crashed = launch_two_processes(SCRIPT, tiny_agent_dir, str(killed), "--kill-at", "5", port=29520)
-    assert crashed.returncode != 0
-    assert (killed / "checkpoint-3").is_dir() and not (killed / "checkpoint-6").exists()
-    resumed = launch_two_processes(
-        SCRIPT, tiny_agent_dir, str(killed), "--resume", str(killed / "checkpoint-3"), port=29521
-    )
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
 
-    expected, actual = full / "checkpoint-9", killed / "checkpoint-9"
+def assert_ends_as(actual: Path, expected: Path) -> None:
+    """checkpoint-9 of a resumed run equals the uninterrupted run's, file by file and row by row."""
+    expected, actual = expected / "checkpoint-9", actual / "checkpoint-9"
     for name in ("model.safetensors", "value_critic.safetensors", "thinking_critic.safetensors"):
         assert_same(load_file(actual / name), load_file(expected / name), name)
     for name in ("optimizer.pt", "scheduler.pt", "value_critic_optimizer.pt", "thinking_critic_optimizer.pt",
@@ -95,3 +91,36 @@ def test_a_run_killed_and_resumed_ends_as_the_uninterrupted_run(tmp_path, tiny_a
     assert [row["step"] for row in rows] == [1] * 4 + [3] * 4 + [5] * 4 + [7] * 4 + [9] * 4
     assert stored_rows(actual) == rows
     assert_same(logged_metrics(actual), logged_metrics(expected), "log_history")
+    assert checkpoint_problem(actual) is None
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_run_killed_and_resumed_ends_as_the_uninterrupted_run(tmp_path, tiny_agent_dir, uninterrupted):
+    killed = tmp_path / "killed"
+    crashed = launch_two_processes(SCRIPT, tiny_agent_dir, str(killed), "--kill-at", "5", port=29520)
+    assert crashed.returncode != 0
+    assert (killed / "checkpoint-3").is_dir() and not (killed / "checkpoint-6").exists()
+    resumed = launch_two_processes(
+        SCRIPT, tiny_agent_dir, str(killed), "--resume", str(killed / "checkpoint-3"), port=29521
+    )
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert_ends_as(killed, uninterrupted)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("stage", ["weights", "trainer_state", "store", "seal"])
+def test_a_run_killed_while_writing_a_checkpoint_resumes_from_the_last_whole_one(tmp_path, tiny_agent_dir,
+                                                                               uninterrupted, stage):
+    killed = tmp_path / "killed"
+    crashed = launch_two_processes(SCRIPT, tiny_agent_dir, str(killed), "--kill-while-saving", stage, port=29522)
+    assert crashed.returncode != 0
+    assert (killed / "checkpoint-6").is_dir() and checkpoint_problem(killed / "checkpoint-6") is not None
+    assert checkpoint_problem(killed / "checkpoint-3") is None
+    with pytest.raises(IncompleteCheckpointError, match="cannot resume from .*checkpoint-6: checkpoint-6 has no"):
+        resolve_resume(str(killed / "checkpoint-6"), killed)
+    resumed = launch_two_processes(SCRIPT, tiny_agent_dir, str(killed), "--resume", "last", port=29523)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "Resuming from" in resumed.stderr and "checkpoint-3, the newest complete checkpoint" in resumed.stderr
+    assert_ends_as(killed, uninterrupted)

@@ -352,3 +352,110 @@ def test_a_non_finite_loss_or_gradient_skips_its_step_and_training_goes_on(tmp_p
     assert {state["step"].item() for state in trainer.optimizer.state_dict()["state"].values()} == {1.0}
     logged = [entry["nonfinite/skipped"] for entry in trainer.state.log_history if "nonfinite/skipped" in entry]
     assert logged == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("fault", ["every_gradient_infinite", "every_advantage_zero"])
+def test_a_run_that_never_changed_the_model_says_why_writes_no_agent_and_fails_the_recipe(
+        tmp_path, tiny_agent_dir, fault, caplog):
+    from trl_starpo.nonfinite import NothingTrainedError
+    from trl_starpo.recipes import refuse_untrained
+
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    if fault == "every_gradient_infinite":
+        trainer.model.get_input_embeddings().weight.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+        expected = "all 2 optimizer steps were skipped because the loss or the gradients were not finite"
+    else:  # every group's returns alike, as an untrained model's all-malformed answers make them
+        score = trainer.score_trajectories
+
+        def tied(*args, **kwargs):
+            output = score(*args, **kwargs)
+            output["advantages"] = torch.zeros_like(output["advantages"])
+            return output
+
+        trainer.score_trajectories = tied
+        expected = "none of the 2 optimizer steps carried a gradient: every group's returns were equal"
+    before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+    with caplog.at_level("WARNING"):
+        trainer.train()
+    assert torch.equal(torch.cat([p.detach().flatten() for p in trainer.model.parameters()]), before)
+    assert trainer.nonfinite_guard.nothing_trained_reason().startswith(expected)
+    assert f"This run did not change the model: {expected}" in caplog.text
+    assert not (tmp_path / "starpo_agent.json").exists() and not (tmp_path / "README.md").exists()
+    with pytest.raises(NothingTrainedError, match=f"training ended without changing the model: {expected}"):
+        refuse_untrained(trainer)
+
+
+def test_a_run_that_trained_counts_its_steps_with_a_gradient(tmp_path, tiny_agent_dir):
+    from trl_starpo.recipes import refuse_untrained
+
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    trainer.train()
+    assert trainer.nonfinite_guard.steps == 2 and 1 <= trainer.nonfinite_guard.steps_with_gradient <= 2
+    refuse_untrained(trainer)  # no error
+    assert (tmp_path / "starpo_agent.json").exists() and (tmp_path / "README.md").exists()
+
+
+def closing_counters(close_raises=False):
+    """A CounterEnv class that records every instance built and every close() call."""
+    built, closed = [], []
+
+    class ClosingCounter(CounterEnv):
+        def __init__(self):
+            super().__init__()
+            built.append(self)
+
+        def close(self):
+            closed.append(self)
+            if close_raises:
+                raise RuntimeError("a broken close() is logged, not raised")
+
+    return ClosingCounter, built, closed
+
+
+def test_training_and_evaluation_close_every_environment_they_built(tmp_path, tiny_agent_dir):
+    environment, built, closed = closing_counters()
+    trainer = StarPOTrainer(tiny_agent_dir, environment=environment, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    trainer.train()
+    assert len(built) > 1 and closed == built  # the first one checked the protocol; each closed once
+    trainer.evaluate_episodes(counter_tasks(2))  # builds again after training ...
+    trainer.environment_pool.close()  # ... and the recipes close them at the end
+    assert sorted(map(id, closed)) == sorted(map(id, built))
+
+
+def test_a_failing_run_still_closes_its_environments(tmp_path, tiny_agent_dir):
+    environment, built, closed = closing_counters(close_raises=True)
+    trainer = StarPOTrainer(tiny_agent_dir, environment=environment, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug in scoring")
+
+    trainer.score_trajectories = broken
+    with pytest.raises(KeyError, match="a bug in scoring"):
+        trainer.train()
+    assert built and sorted(map(id, closed)) == sorted(map(id, built))
+
+
+def test_evaluation_can_decode_greedily_while_training_samples(tmp_path, tiny_agent_dir):
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=3),
+                            train_dataset=counter_tasks())
+    trainer.args.seed = 0
+    played = []
+    collect = trainer.collect_trajectories
+
+    def recording(*args, **kwargs):
+        trajectories = collect(*args, **kwargs)
+        played.append([list(t.token_ids) for t in trajectories])
+        return trajectories
+
+    trainer.collect_trajectories = recording
+    for seed in (1, 2):  # greedy decoding ignores the RNG
+        torch.manual_seed(seed)
+        trainer.evaluate_episodes(counter_tasks(4), temperature=0.0)
+    assert played[0] == played[1]
+    assert trainer.generation_config.do_sample and trainer.generation_config.temperature == 1.0  # training's kept
+    with pytest.raises(ValueError, match=r"temperature must be >= 0 \(0 decodes greedily\), got -1.0"):
+        trainer.evaluate_episodes(counter_tasks(2), temperature=-1.0)

@@ -255,6 +255,8 @@ def _play(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, extra: list[str]) -> int:
     _check_environment_name(args.env)
+    from .checkpoints import IncompleteCheckpointError
+    from .nonfinite import NothingTrainedError
     from .recipes import parse_arguments, recipe_parser, train
 
     _check_flags(recipe_parser(), extra, "train")
@@ -271,7 +273,10 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
     except ValueError as error:
         raise CommandError(str(error)) from None
     _check_environment(args.env, config.environment_kwargs or {}, flag="--environment_kwargs")
-    train(args.env, recipe, config, model_args)
+    try:
+        train(args.env, recipe, config, model_args)
+    except (NothingTrainedError, IncompleteCheckpointError) as error:
+        raise CommandError(str(error)) from None
     return 0
 
 

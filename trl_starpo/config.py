@@ -12,6 +12,7 @@ from trl import GRPOConfig
 from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
+from .field_checks import check_field_values
 from .rollout.settings import RolloutSettings
 from .presets import PRESETS
 from .store import DEFAULT_CAPACITY
@@ -303,12 +304,13 @@ class StarPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        if self.thinking_critic and not self.enable_thinking:
+        if self.thinking_critic is True and self.enable_thinking is False:  # set by the user, not by a preset
             raise ValueError(
                 "thinking_critic=True scores the <think> text, but enable_thinking=False asks for answers only: "
                 "enable thinking or switch the thinking critic off."
             )
         self._apply_preset()
+        check_field_values(self)
         if self.invalid_action_penalty is None:
             self.invalid_action_penalty = self.format_penalty
         if not self.enable_thinking:

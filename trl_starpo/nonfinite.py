@@ -1,7 +1,10 @@
-"""Training survives a non-finite loss or gradient: that optimizer step is skipped and logged, and the run goes on.
+"""Training survives a non-finite loss or gradient, and a run that never changed the model says so.
 
 One bad batch (a NaN or infinite reward from an environment, an overflow) would otherwise write NaN into every weight
-and into the optimizer's moments, and the run would go on training a broken model without a word.
+and into the optimizer's moments, and the run would go on training a broken model without a word: that optimizer step
+is skipped and logged, and the run goes on. A run in which no optimizer step carried a finite, nonzero gradient (every
+step skipped, or every group's returns alike so every advantage was 0) trained nothing: the guard counts the steps
+that did, and ``nothing_trained_reason`` says why when none did.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ SKIPPED_METRIC = "nonfinite/skipped"
 """Logged for every optimizer step: 1 when it was skipped, else 0 (averaged over a logging window: the fraction)."""
 
 
-def all_finite(gradients: list[torch.Tensor]) -> torch.Tensor:
-    """A 0-d bool tensor: whether every entry of ``gradients`` is finite (without a host sync)."""
+class NothingTrainedError(RuntimeError):
+    """Raised by the recipes when a run ended without one optimizer step that changed the model."""
+
+
+def total_norm(gradients: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all of ``gradients`` as a 0-d tensor (0 for none), without a host sync."""
     if not gradients:
-        return torch.tensor(True)
-    return torch.isfinite(torch.nn.utils.get_total_norm(gradients))
+        return torch.tensor(0.0)
+    return torch.nn.utils.get_total_norm(gradients)
 
 
 class NonFiniteGuard(TrainerCallback):
@@ -31,12 +38,15 @@ class NonFiniteGuard(TrainerCallback):
     every process drops its gradients, so the optimizer changes nothing (torch optimizers skip parameters without a
     gradient) and its state stays as it was; a warning and ``nonfinite/skipped`` are logged, and training goes on
     with the next batch. The learning-rate schedule advances as for any step. ``skipped_steps`` lists the global
-    steps skipped. (DeepSpeed skips overflowing steps itself; its gradients are not visible here.)
+    steps skipped; ``steps_with_gradient`` counts the steps whose gradient was finite and nonzero on some process.
+    (DeepSpeed skips overflowing steps itself; its gradients are not visible here.)
     """
 
     def __init__(self, trainer):
         self.trainer = trainer
         self.skipped_steps: list[int] = []
+        self.steps = 0  # optimizer steps this process has seen
+        self.steps_with_gradient = 0  # of which carried a finite, nonzero gradient
         self._finite_losses = torch.tensor(True)
 
     def observe_loss(self, loss: torch.Tensor) -> None:
@@ -46,10 +56,16 @@ class NonFiniteGuard(TrainerCallback):
         trainer = self.trainer
         parameters = [p for p in trainer.model.parameters() if p.grad is not None]
         device = trainer.accelerator.device
-        finite = all_finite([p.grad for p in parameters]).to(device) & self._finite_losses.to(device)
+        norm = total_norm([p.grad for p in parameters]).to(device)
+        finite = torch.isfinite(norm) & self._finite_losses.to(device)
         self._finite_losses = torch.tensor(True)
-        bad_processes = trainer.accelerator.reduce((~finite).float(), reduction="sum")
-        skipped = bool(bad_processes.item())
+        bad, nonzero = trainer.accelerator.reduce(torch.stack([(~finite).float(), (norm > 0).float()]),
+                                                  reduction="sum").tolist()
+        skipped = bool(bad)
+        self.steps += 1
+        # DeepSpeed keeps its gradients to itself (and skips overflowing steps on its own): count its steps as moving
+        if not skipped and (nonzero or getattr(trainer, "is_deepspeed_enabled", False)):
+            self.steps_with_gradient += 1
         trainer.log_metric(SKIPPED_METRIC, float(skipped))
         if skipped:
             for parameter in parameters:
@@ -58,3 +74,14 @@ class NonFiniteGuard(TrainerCallback):
             self.skipped_steps.append(step)
             logger.warning(f"Step {step}: the loss or the gradients are not finite (NaN or inf); the optimizer step is "
                            "skipped and training goes on.")
+
+    def nothing_trained_reason(self) -> str | None:
+        """Why the optimizer steps this process ran changed nothing, or ``None`` when one did (or none ran)."""
+        if not self.steps or self.steps_with_gradient:
+            return None
+        if len(self.skipped_steps) == self.steps:
+            return (f"all {self.steps} optimizer steps were skipped because the loss or the gradients were not finite "
+                    "(NaN or inf): check the config's numbers and the environment's rewards")
+        return (f"none of the {self.steps} optimizer steps carried a gradient: every group's returns were equal, so "
+                "every advantage was 0; make the rollouts of a task differ (start from a warm start, raise "
+                "num_generations or the temperature, or give partial rewards)")

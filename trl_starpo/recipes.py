@@ -20,10 +20,13 @@ from pathlib import Path
 from transformers import TrainingArguments
 from trl import ModelConfig, TrlParser, get_peft_config
 
+from .checkpoints import resolve_resume
 from .config import StarPOConfig
 from .envs import load_tasks
+from .field_checks import check_field_values
 from .hub.push import public_model_name, write_agent_files
 from .models import DEFAULT_MODEL, merged_warm_start, resolve_model_path, save_adapter
+from .nonfinite import NothingTrainedError
 from .trainer import StarPOTrainer
 
 
@@ -41,6 +44,19 @@ class EvaluationArguments:
         default_factory=lambda: ["validation"],
         metadata={"help": "Task splits evaluated; the first is the one the card reports."},
     )
+    eval_temperature: float | None = field(
+        default=None,
+        metadata={"help": "Sampling temperature of the validation episodes; 0 decodes greedily. Default: the "
+                          "training temperature (1.0 for the SFT recipes)."},
+    )
+
+    def __post_init__(self):
+        check_field_values(self, {"eval_episodes": (">= 0", lambda value: value >= 0),
+                                  "eval_temperature": (">= 0 (0 decodes greedily)", lambda value: value >= 0)})
+
+    def validation_temperature(self, training_temperature: float) -> float:
+        """The temperature validation episodes are played at."""
+        return training_temperature if self.eval_temperature is None else float(self.eval_temperature)
 
 
 @dataclass
@@ -76,9 +92,12 @@ def resolve_model(model_args: ModelConfig, args) -> tuple[str, str]:
     return model_name, resolve_model_path(model_name)
 
 
-def resume_checkpoint(args: TrainingArguments) -> str | None:
-    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or output_dir's last one for ``true``."""
+def resume_checkpoint(args: TrainingArguments, *, sealed: bool = False) -> str | None:
+    """The checkpoint to resume from: ``resume_from_checkpoint`` as given, or output_dir's last one for ``true``.
+    ``sealed`` (a ``StarPOTrainer``'s checkpoints): only a whole checkpoint, the newest one for ``true``."""
     value = args.resume_from_checkpoint
+    if sealed:
+        return resolve_resume(value, args.output_dir)
     if value is None or str(value).lower() in ("false", "none", ""):
         return None
     if str(value).lower() in ("true", "last"):
@@ -112,9 +131,11 @@ def validation_table(splits: dict[str, dict[str, dict]], *, warm_start: bool, me
     return "\n".join(lines)
 
 
-def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, episodes: int) -> dict[str, dict]:
+def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, episodes: int,
+                       temperature: float) -> dict[str, dict]:
     """Play the model at ``model_path`` (the base of a warm start) on each split with the trainer's prompts, limits,
-    temperature, top-p and precision. Every process plays every episode (validation before training is small)."""
+    top-p and precision, at ``temperature``. Every process plays every episode (validation before training is
+    small)."""
     from transformers import AutoModelForCausalLM
 
     from .evaluation import ModelPolicy, evaluate
@@ -126,7 +147,7 @@ def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, ep
     rng = torch.get_rng_state()  # the policy seeds torch per batch; training goes on as it would have without this
     model = AutoModelForCausalLM.from_pretrained(model_path, **(args.model_init_kwargs or {}))
     model = model.to(trainer.accelerator.device).eval()
-    policy = ModelPolicy(model, trainer.processing_class, RolloutSettings.from_config(args), temperature=args.temperature,
+    policy = ModelPolicy(model, trainer.processing_class, RolloutSettings.from_config(args), temperature=temperature,
                          top_p=args.top_p, seed=args.seed)
     results = {}
     with trainer.accelerator.autocast():
@@ -140,8 +161,24 @@ def evaluate_untrained(trainer: StarPOTrainer, model_path: str, splits: dict, ep
 
 
 def run(environment: str, argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results."""
-    return train(environment, *parse_arguments(argv))
+    """Train a StarPO agent on ``environment`` from command-line / YAML arguments; returns validation results.
+
+    A run that changed nothing exits with status 1 and a one-line reason (``NothingTrainedError`` from
+    :func:`train`)."""
+    try:
+        return train(environment, *parse_arguments(argv))
+    except NothingTrainedError as error:
+        raise SystemExit(f"error: {error}") from None
+
+
+def refuse_untrained(trainer: StarPOTrainer) -> None:
+    """Raise ``NothingTrainedError`` when no optimizer step of ``trainer``'s run changed the model, before anything
+    that looks like a trained agent is saved (the trainer itself then wrote no card or agent files)."""
+    reason = trainer.nonfinite_guard.nothing_trained_reason()
+    if reason:
+        raise NothingTrainedError(
+            f"training ended without changing the model: {reason}. No model was saved in {trainer.args.output_dir}."
+        )
 
 
 def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_args: ModelConfig):
@@ -157,6 +194,7 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
             )
         untrained_path, model_path = model_path, merged_warm_start(model_path, recipe.warm_start)
 
+    checkpoint = resume_checkpoint(args, sealed=True)  # a missing or half-written one fails before the model loads
     trainer = StarPOTrainer(
         model=model_path,
         environment=environment,
@@ -164,32 +202,37 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
         train_dataset=load_tasks(environment, split="train", source=recipe.tasks),
         peft_config=get_peft_config(model_args),
     )
-    checkpoint = resume_checkpoint(args)
     agent = trainer.starpo_agent  # what starpo_agent.json and the card say; the validation results are added below
     agent.base_model = public_model_name(model_name)
     if recipe.warm_start:
         agent.training["warm_start"] = recipe.warm_start
     splits = {split: load_tasks(environment, split=split, source=recipe.tasks) for split in recipe.eval_splits}
     by_split = {split: {} for split in splits}
+    temperature = recipe.validation_temperature(args.temperature)
 
     def evaluate(when: str) -> None:
         for split, tasks in splits.items():
-            stats = trainer.evaluate_episodes(tasks, recipe.eval_episodes)
+            stats = trainer.evaluate_episodes(tasks, recipe.eval_episodes, temperature=temperature)
             by_split[split][when] = {**stats, "episodes": min(recipe.eval_episodes, len(tasks))}
 
     primary = recipe.eval_splits[0] if recipe.eval_splits else None
-    if recipe.eval_episodes and primary:
-        agent.validation = {"split": primary, "episodes": min(recipe.eval_episodes, len(splits[primary])),
-                            "temperature": args.temperature}
-        if untrained_path:
-            for split, stats in evaluate_untrained(trainer, untrained_path, splits, recipe.eval_episodes).items():
-                by_split[split]["untrained"] = stats
-        evaluate("before")
-        agent.validation["before"] = by_split[primary]["before"]
-    trainer.train(resume_from_checkpoint=checkpoint)
-    if recipe.eval_episodes and primary:
-        evaluate("after")
-        agent.validation["after"] = by_split[primary]["after"]
+    try:
+        if recipe.eval_episodes and primary:
+            agent.validation = {"split": primary, "episodes": min(recipe.eval_episodes, len(splits[primary])),
+                                "temperature": temperature}
+            if untrained_path:
+                untrained = evaluate_untrained(trainer, untrained_path, splits, recipe.eval_episodes, temperature)
+                for split, stats in untrained.items():
+                    by_split[split]["untrained"] = stats
+            evaluate("before")
+            agent.validation["before"] = by_split[primary]["before"]
+        trainer.train(resume_from_checkpoint=checkpoint)
+        refuse_untrained(trainer)
+        if recipe.eval_episodes and primary:
+            evaluate("after")
+            agent.validation["after"] = by_split[primary]["after"]
+    finally:  # the validation episodes' environments (training closes its own)
+        trainer.environment_pool.close()
     # The first split at the top level (what the card and the plot show), every split under "splits".
     results = {**by_split[primary], "splits": by_split} if recipe.eval_episodes and primary else {}
 
@@ -234,7 +277,8 @@ def run_offline(argv: list[str] | None = None):
     )
     trainer.starpo_agent.environments = sorted({e for e in trainer.logged.unique("environment") if e})
     trainer.starpo_agent.base_model = public_model_name(model_name)
-    trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+    trainer.train(resume_from_checkpoint=resume_checkpoint(args, sealed=True))
+    refuse_untrained(trainer)
     trainer.save_model(args.output_dir)
     if trainer.accelerator.is_main_process and not args.push_to_hub:
         trainer.create_model_card(model_name=Path(args.output_dir).name)
@@ -301,11 +345,12 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         )
         record.training["sft_demonstrations"] = len(demonstrations)
         if recipe.eval_episodes:
-            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=1.0)
+            temperature = recipe.validation_temperature(1.0)
+            policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=temperature)
             with trainer.accelerator.autocast():  # the merged model lost the trainer's; RL recipes play under it
                 results = evaluate_splits(policy, environment, recipe, args.environment_kwargs, "after SFT")
             record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
-                                 "temperature": 1.0, "after": results[recipe.eval_splits[0]]}
+                                 "temperature": temperature, "after": results[recipe.eval_splits[0]]}
         record.save(args.output_dir)
         Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
     trainer.accelerator.wait_for_everyone()
@@ -368,7 +413,8 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     def validate(when: str) -> dict[str, dict[str, float]]:
         if not recipe.eval_episodes:
             return {}
-        policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature, bf16=args.bf16)
+        policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=recipe.validation_temperature(
+            args.temperature), bf16=args.bf16)
         return evaluate_splits(policy, environment, recipe, args.environment_kwargs, when)
 
     before = validate("before DPO")
@@ -391,8 +437,8 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     record = AgentRecord.from_config(args, environments=[environment], base_model=model_name, global_step=steps)
     if results:
         primary = recipe.eval_splits[0]
-        record.validation = {"split": primary, "episodes": recipe.eval_episodes, "temperature": args.temperature,
-                             **results[primary]}
+        record.validation = {"split": primary, "episodes": recipe.eval_episodes,
+                             "temperature": recipe.validation_temperature(args.temperature), **results[primary]}
     record.save(args.output_dir)
     Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
     return results

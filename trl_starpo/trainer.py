@@ -9,6 +9,7 @@ after the first prompt) in which only the model's own tokens are trained.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -45,10 +46,12 @@ from .envs import Environment, EnvironmentPool, check_environment, load_environm
 from .hub.push import StarPOHubMixin
 from .logprobs import scored_logps
 from .nonfinite import NonFiniteGuard
+from .checkpoints import CheckpointSeal, clear_checkpoint_folder, resolve_resume
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .monitor import add_echo_trap_monitor
 from .models import quiet_checkpointing_rename
 from .rollout.collector import RolloutCollector
+from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import STAT_NAMES, trajectory_stats
@@ -172,13 +175,26 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         attach_agent_callbacks(self)  # the trajectory store, agent files, curves, card and HTML the config asks for
         if args.monitor != "off":
             add_echo_trap_monitor(self, action=args.monitor)
+        self.checkpoint_seal = CheckpointSeal(self)
+        self.add_callback(self.checkpoint_seal)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """``Trainer.train``; a checkpoint folder resumed from is kept as ``resumed_from``, where the trajectory store
-        and the echo-trap monitor restore their own state from."""
-        if isinstance(resume_from_checkpoint, (str, os.PathLike)):
-            self.resumed_from = str(resume_from_checkpoint)
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        and the echo-trap monitor restore their own state from. A run in which no optimizer step changed the model
+        warns why and writes no agent files (``nonfinite_guard.nothing_trained_reason()``; the recipes fail).
+        ``resume_from_checkpoint=True`` takes output_dir's newest whole checkpoint, passing over one a killed run left
+        half-written; a folder named explicitly must be whole (``trl_starpo.checkpoints``)."""
+        resume_from_checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir)
+        if resume_from_checkpoint is not None:
+            self.resumed_from = resume_from_checkpoint
+        try:
+            output = super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:  # evaluate_episodes builds them again when asked
+            self.environment_pool.close()
+        reason = self.nonfinite_guard.nothing_trained_reason()
+        if reason:
+            logger.warning(f"This run did not change the model: {reason}.")
+        return output
 
     def _build_critics(self, args: StarPOConfig) -> tuple[ValueCritic | None, ThinkingCritic | None]:
         hidden_size = self.accelerator.unwrap_model(self.model).config.get_text_config().hidden_size
@@ -207,8 +223,10 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         check_environment(self.environment_pool.take(1)[0])
 
     @quiet_checkpointing_rename()
-    def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int]) -> list[Trajectory]:
-        """Play one episode per task row with the current policy, in the training's mixed precision.
+    def collect_trajectories(self, tasks: list[dict[str, Any]], groups: list[int],
+                             generation_config=None) -> list[Trajectory]:
+        """Play one episode per task row with the current policy, in the training's mixed precision, sampling as
+        ``generation_config`` says (the training's by default).
 
         The accelerator puts its autocast on the model's forward only once training has prepared the model, so an
         evaluation before ``train()`` would otherwise play in fp32 and one after it in bf16: a before/after
@@ -230,26 +248,37 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 unwrapped_model,
                 pad_token_id=self._tokenizer.pad_token_id,
                 eos_token_ids=self.eos_token_ids,
-                generation_config=self.generation_config,
+                generation_config=generation_config or self.generation_config,
                 stop_strings=[ANSWER_CLOSE],  # nothing after </answer> is used, so it is not generated
                 tokenizer=self._tokenizer,
             )
             trajectories = self.collector.collect(self.environment_pool.take(len(tasks)), tasks, generator, groups)
         self.environment_pool.discard_timed_out(trajectories)
+        if self.args.env_timeout is not None:
+            self.log_metric("rollout/hung_env_calls", float(hung_calls()), "train" if self.model.training else "eval")
         return trajectories
 
-    def evaluate_episodes(self, tasks, num_episodes: int | None = None) -> dict[str, float]:
+    def evaluate_episodes(self, tasks, num_episodes: int | None = None, *,
+                          temperature: float | None = None) -> dict[str, float]:
         """Play one episode per task (the first ``num_episodes`` rows of ``tasks``) and average the rollout stats.
 
         Episodes are shared out across processes and the statistics gathered, so every process returns the same
         figures (``success``, ``return``, ``format_error_rate``, ...; see ``rollout.metrics.STAT_NAMES``).
+        ``temperature`` samples at another temperature than training's (``0``: greedy decoding).
         """
         count = len(tasks) if num_episodes is None else min(num_episodes, len(tasks))
         rows = [dict(tasks[i]) for i in range(count)]
         local = list(range(self.accelerator.process_index, len(rows), self.accelerator.num_processes))
+        sampling = {}
+        if temperature is not None:
+            if not temperature >= 0:
+                raise ValueError(f"temperature must be >= 0 (0 decodes greedily), got {temperature}.")
+            config = sampling["generation_config"] = copy.deepcopy(self.generation_config)
+            config.do_sample = temperature > 0
+            config.temperature = temperature if temperature > 0 else None
         was_training = self.model.training
         self.model.eval()
-        trajectories = self.collect_trajectories([rows[i] for i in local], local) if local else []
+        trajectories = self.collect_trajectories([rows[i] for i in local], local, **sampling) if local else []
         self.model.train(was_training)
         stats = gather_object([trajectory_stats(t) for t in trajectories])
         if not stats:
@@ -619,10 +648,28 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         return {name: critic for name, critic in (("value_critic", self.value_critic), ("thinking_critic", self.thinking_critic)) if critic is not None}
 
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        # Whole or ignored (trl_starpo/checkpoints.py): a folder an interrupted run left at this step goes first, and
+        # older checkpoints are rotated out only once this one is sealed.
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.accelerator.is_main_process:
+            clear_checkpoint_folder(folder)
+        self.accelerator.wait_for_everyone()
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
         if self.accelerator.is_main_process and self._critics():
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
             save_critics(self._critics(), folder)
+
+    def add_callback(self, callback):
+        """``Trainer.add_callback``, keeping the checkpoint seal last: it marks a checkpoint whole once every other
+        callback has written its part."""
+        super().add_callback(callback)
+        seal = getattr(self, "checkpoint_seal", None)
+        if seal is not None and callback is not seal:
+            self.callback_handler.remove_callback(seal)
+            self.callback_handler.add_callback(seal)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         super()._load_from_checkpoint(resume_from_checkpoint, model)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .base import Environment
+
+logger = logging.getLogger(__name__)
 
 
 class EnvironmentPool:
@@ -37,9 +40,14 @@ class EnvironmentPool:
         return len(dropped)
 
     def close(self) -> None:
-        """Close every environment the pool holds."""
-        for env in self._environments:
+        """Close every environment the pool holds (an environment whose ``close`` raises is logged and dropped, and
+        the others are still closed); the next ``take`` builds new ones."""
+        environments, self._environments = self._environments, []
+        for env in environments:
             close = getattr(env, "close", None)
-            if callable(close):
+            if not callable(close):
+                continue
+            try:
                 close()
-        self._environments.clear()
+            except Exception as error:  # an environment's bug must not hide the run's own outcome
+                logger.warning("Closing environment %s failed: %s: %s", type(env).__name__, type(error).__name__, error)

@@ -113,7 +113,7 @@ class TrajectoryStoreCallback(TrainerCallback):
 
 class AgentFilesCallback(TrainerCallback):
     """Writes ``starpo_agent.json`` into each checkpoint, and at the end of training the learning curves, the state
-    and the agent's model card (``trainer.create_model_card``)."""
+    and the agent's model card (``trainer.create_model_card``), unless no optimizer step changed the model."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -125,7 +125,10 @@ class AgentFilesCallback(TrainerCallback):
             agent_record(self.trainer).save(Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
 
     def on_train_end(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
+        reason = self.trainer.nonfinite_guard.nothing_trained_reason()
+        if reason:  # no card for an agent that is the model it started from
+            logger.warning("No agent files written: %s.", reason)
+        elif state.is_world_process_zero:
             Path(args.output_dir).mkdir(parents=True, exist_ok=True)
             state.save_to_json(os.path.join(args.output_dir, "trainer_state.json"))
             self.trainer.create_model_card()  # starpo_agent.json, learning_curves.png and README.md

@@ -91,9 +91,8 @@ class MonitorCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step > 0:
-            folder = self.resume_from_checkpoint or os.path.join(
-                args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-            )
+            folder = (self.resume_from_checkpoint or getattr(self.trainer, "resumed_from", None)
+                      or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
             path = Path(folder, MONITOR_STATE_FILE)
             if path.is_file():
                 saved = json.loads(path.read_text())

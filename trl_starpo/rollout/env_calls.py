@@ -70,10 +70,29 @@ def check_env_timeout(value: float | None) -> None:
         raise ValueError(f"env_timeout must be a number of seconds above 0, or None for no limit; got {value!r}.")
 
 
+MAX_HUNG_CALLS = 32
+"""Environment calls that may be left running after their timeout; past it, no new timed call starts (each such call
+ends its episode at once as ``env_timeout``), so a hanging environment cannot pile up threads without limit."""
+
+_hung: set[threading.Thread] = set()
+_hung_lock = threading.Lock()
+
+
+def hung_calls() -> int:
+    """Environment calls that timed out and are still running in their threads (in this process)."""
+    with _hung_lock:
+        _hung.difference_update([thread for thread in _hung if not thread.is_alive()])
+        return len(_hung)
+
+
 def call_with_timeout(function: Callable[[], T], timeout: float | None, what: str) -> T:
-    """``function()``, or ``EnvironmentFault("env_timeout")`` when it has not returned after ``timeout`` seconds."""
+    """``function()``, or ``EnvironmentFault("env_timeout")`` when it has not returned after ``timeout`` seconds
+    (or at once, when ``MAX_HUNG_CALLS`` earlier calls are still hung)."""
     if timeout is None:
         return function()
+    if hung_calls() >= MAX_HUNG_CALLS:
+        raise EnvironmentFault(ENV_TIMEOUT, f"{what}() not started: {MAX_HUNG_CALLS} earlier environment calls hung "
+                                            "and still run in their threads")
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -86,6 +105,8 @@ def call_with_timeout(function: Callable[[], T], timeout: float | None, what: st
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
+        with _hung_lock:
+            _hung.add(worker)
         raise EnvironmentFault(ENV_TIMEOUT, f"{what}() did not return within {timeout:g} s")
     if "error" in outcome:
         raise outcome["error"]
