@@ -429,3 +429,71 @@ def test_train_fails_in_one_line_and_saves_no_agent_when_no_step_changed_the_mod
     out = tmp_path / "out"
     for name in ("model.safetensors", "README.md", "starpo_agent.json"):
         assert not (out / name).exists(), name
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing_model", "--model_name_or_path: No model folder at"),
+        ("missing_yaml", "--config: no file at"),
+        ("broken_yaml", "not a plain YAML mapping: ParserError"),
+        ("python_tag_yaml", "not a plain YAML mapping: ConstructorError"),
+        ("output_dir_is_a_file", "is a file, not a folder"),
+        ("missing_tasks", "--tasks"),
+        ("seed", "seed must be in [0, 4294967295], got -1."),
+        ("nan_learning_rate", "learning_rate must be a finite number, got nan."),
+        ("nan_temperature", "temperature must be a finite number, got nan."),
+        ("resume_without_checkpoint", "holds no complete checkpoint-* folder to resume from."),
+    ],
+)
+def test_train_refuses_bad_input_in_one_line_before_making_any_folder(tmp_path, capsys, case, message):
+    from trl_starpo.cli import main
+
+    out = tmp_path / "out"
+    argv = ["train", "--env", "bandit", "--output_dir", str(out), "--max_steps", "1"]
+    if case == "missing_model":
+        argv += ["--model", str(tmp_path / "no-model")]
+    elif case == "missing_yaml":
+        argv += ["--config", str(tmp_path / "none.yaml")]
+    elif case in ("broken_yaml", "python_tag_yaml"):
+        path = tmp_path / "config.yaml"
+        path.write_text("max_steps: [1\n" if case == "broken_yaml" else '!!python/object/apply:os.system ["true"]\n')
+        argv += ["--config", str(path)]
+    elif case == "output_dir_is_a_file":
+        (tmp_path / "file").write_text("")
+        out = tmp_path / "file" / "out"
+        argv[argv.index("--output_dir") + 1] = str(out)
+    elif case == "missing_tasks":
+        argv += ["--tasks", str(tmp_path / "no-tasks")]
+    elif case == "seed":
+        argv += ["--seed", "-1"]
+    elif case == "nan_learning_rate":
+        argv += ["--learning_rate", "nan"]
+    elif case == "nan_temperature":
+        argv += ["--temperature", "nan"]
+    else:
+        argv += ["--resume_from_checkpoint", "true"]
+    code = main(argv)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(lines) == 1, lines
+    assert lines[0].startswith("trl-starpo train: error: ") and message in lines[0], lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--temperature", "nan"], "--temperature must be a number >= 0 (0 decodes greedily), got nan."),
+        (["--top-p", "5"], "--top-p must be in (0, 1], got 5.0."),
+        (["--save_trajectories", "FILE/inside"], "is a file, not a folder"),
+    ],
+)
+def test_eval_refuses_sampling_it_would_not_honour_and_an_unwritable_store_before_playing(tmp_path, capsys, flags,
+                                                                                        message):
+    from trl_starpo.cli import main
+
+    (tmp_path / "FILE").write_text("")
+    flags = [flag.replace("FILE", str(tmp_path / "FILE")) for flag in flags]
+    code = main(["eval", "--env", "bandit", "--policy", "random", "--episodes", "2", *flags])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(lines) == 1 and message in lines[0], lines

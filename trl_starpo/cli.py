@@ -18,9 +18,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import re
 import sys
 from pathlib import Path
+
+import yaml
 
 EXIT_USAGE = 2
 
@@ -134,6 +137,9 @@ def _eval(args: argparse.Namespace) -> int:
                                f"{', '.join(POLICIES)}.")
     if "model" in policies and not args.model:
         raise CommandError("--policy model needs --model (a local folder or a Hub id).")
+    _check_sampling(args)
+    if args.save_trajectories:
+        _check_writable_folder(Path(args.save_trajectories), "--save_trajectories")
     env_kwargs = _environment_kwargs(args.env_kwargs)
     splits = {name: _load_split(name, args.split, args.tasks) for name in environments}
     model_path = None
@@ -239,6 +245,7 @@ def _play(args: argparse.Namespace) -> int:
         from .evaluation import make_policy
         from .models import resolve_model_path
 
+        _check_sampling(args)
         settings = _settings(args, resolve_model_path(args.model))
         policy = make_policy("model", model=args.model, settings=settings, seed=args.seed,
                              temperature=args.temperature, top_p=args.top_p, device=args.device, dtype=args.dtype,
@@ -263,6 +270,8 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
 
     argv = list(extra)
     if args.config:
+        if not Path(args.config).is_file():
+            raise CommandError(f"--config: no file at {args.config}")
         argv = ["--config", args.config, *argv]
     if args.model:
         argv += ["--model_name_or_path", args.model]
@@ -272,12 +281,52 @@ def _train(args: argparse.Namespace, extra: list[str]) -> int:
         recipe, config, model_args = parse_arguments(argv)
     except ValueError as error:
         raise CommandError(str(error)) from None
+    except yaml.YAMLError as error:  # a broken file, or a tag safe_load refuses (!!python/...)
+        raise CommandError(f"--config {args.config}: not a plain YAML mapping: {_one_line(error)}") from None
+    _check_inputs_before_training(args.env, recipe, config, model_args)
     _check_environment(args.env, config.environment_kwargs or {}, flag="--environment_kwargs")
     try:
         train(args.env, recipe, config, model_args)
     except (NothingTrainedError, IncompleteCheckpointError) as error:
         raise CommandError(str(error)) from None
     return 0
+
+
+def _check_sampling(args: argparse.Namespace) -> None:
+    """Refuse a temperature or top-p that sampling would not honour (NaN fails every comparison)."""
+    if not 0 <= args.temperature < float("inf"):
+        raise CommandError(f"--temperature must be a number >= 0 (0 decodes greedily), got {args.temperature}.")
+    if not 0 < args.top_p <= 1:
+        raise CommandError(f"--top-p must be in (0, 1], got {args.top_p}.")
+
+
+def _check_writable_folder(folder: Path, flag: str) -> None:
+    """Refuse a folder that cannot be made or written (checked on the nearest part of it that exists; nothing is
+    created)."""
+    path = folder.expanduser().absolute()
+    existing = next(part for part in (path, *path.parents) if part.exists())
+    if not existing.is_dir():
+        raise CommandError(f"{flag} {folder}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CommandError(f"{flag} {folder}: {existing} is not writable")
+
+
+def _check_inputs_before_training(environment: str, recipe, config, model_args) -> None:
+    """Refuse, before any model loads or folder is made, what would fail the run: a model that is not there, an
+    output_dir that cannot be made or written, a task source that does not load."""
+    from .envs import load_tasks
+    from .models import resolve_model_path
+
+    try:
+        resolve_model_path(model_args.model_name_or_path)
+    except (ValueError, OSError) as error:
+        raise CommandError(f"--model_name_or_path: {str(error).strip().splitlines()[0]}") from None
+    _check_writable_folder(Path(config.output_dir), "--output_dir")
+    if recipe.tasks:
+        try:
+            load_tasks(environment, split="train", source=recipe.tasks)
+        except (OSError, ValueError) as error:
+            raise CommandError(f"--tasks {recipe.tasks}: {_one_line(error)}") from None
 
 
 # ------------------------------------------------------------------------------------------------------ push
