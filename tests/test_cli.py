@@ -242,7 +242,8 @@ def test_play_prints_model_output_without_terminal_escape_sequences(monkeypatch,
     from trl_starpo.play import Printer, play_model
     from trl_starpo.rollout.collector import RolloutCollector
 
-    hostile = "<think>\x1b]52;c;cHduZWQ=\x07clipboard \x1b]0;title\x07 \x1b[2J\x1b[H\r go\x9b31m</think>"
+    hostile = ("<think>\x1b]52;c;cHduZWQ=\x07clipboard \x1b]0;title\x07 \x1b[2J\x1b[H\r go\x9b31m"
+               "\u202egnp.exe\u2066</think>")
 
     class Scripted:
         def play(self, environments, tasks, groups):
@@ -255,8 +256,9 @@ def test_play_prints_model_output_without_terminal_escape_sequences(monkeypatch,
     trajectory = play_model(Scripted(), "counter", {"task_id": "t", "start": 0, "target": 2},
                             printer=Printer(stream, color=False))
     out = stream.getvalue()
-    assert trajectory.success and "thinking: ]52;c;cHduZWQ=clipboard ]0;title [2J[H go31m" in out
+    assert trajectory.success and "thinking: ]52;c;cHduZWQ=clipboard ]0;title [2J[H go31mgnp.exe" in out
     assert not any(ord(c) < 32 and c not in "\n\t" or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert "\u202e" not in out and "\u2066" not in out  # nothing reorders how a line displays
     assert "final state: The counter is at 2." in out  # the model's winning move is followed by the state
 
 
@@ -497,3 +499,21 @@ def test_eval_refuses_sampling_it_would_not_honour_and_an_unwritable_store_befor
     code = main(["eval", "--env", "bandit", "--policy", "random", "--episodes", "2", *flags])
     lines = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.parametrize("content, message", [("[1, 2]", "it holds a list, not a mapping"),
+                                              ('{"rollout": null}', "'rollout' must be a mapping, got null")])
+@pytest.mark.parametrize("command", ["eval", "push"])
+def test_a_damaged_agent_record_is_one_line(tmp_path, tiny_agent_dir, capsys, content, message, command):
+    import shutil
+
+    from trl_starpo.cli import main
+
+    agent = tmp_path / "agent"
+    shutil.copytree(tiny_agent_dir, agent)
+    (agent / "starpo_agent.json").write_text(content)
+    argv = (["eval", "--env", "bandit", "--model", str(agent), "--episodes", "1"] if command == "eval"
+            else ["push", str(agent), "--repo_id", "me/agent"])
+    assert main(argv) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines

@@ -162,3 +162,12 @@ def test_the_example_answer_is_an_arm_of_the_task_drawn_apart_from_the_better_ar
         env.reset(options={"task": task})
         assert better[-1] == (env.example_action == env.expert_action())  # the same task, the same example
     assert 0.4 < sum(better) / len(tasks) < 0.6 and 0.4 < sum(first) / len(tasks) < 0.6
+
+
+def test_an_arm_name_from_a_task_row_is_bounded():
+    from starpo_bandit import MAX_NAME_LENGTH, BanditEnv
+
+    env = BanditEnv()
+    task = {"seed": 0, "low_name": "x" * 4_000_000, "high_name": "Gambler", "high_first": True}
+    with pytest.raises(ValueError, match=f"at most {MAX_NAME_LENGTH} characters, got 'xxxx"):
+        env.reset(options={"task": task})

@@ -174,3 +174,11 @@ def test_slippery_expert_wins_as_often_as_its_value_iteration_promises():
     unlimited.expert_action()
     assert unlimited._plan.success[2000, 0].max() == pytest.approx(0.8235, abs=1e-4)
     assert wins / episodes == pytest.approx(0.7442, abs=3 * (0.7442 * 0.2558 / episodes) ** 0.5)
+
+
+@pytest.mark.parametrize("desc", [["S" + "F" * 999] * 1000, ["SFF", "FG"], ["SXG"], "SFFG", []])
+def test_a_map_from_a_task_row_must_be_a_small_rectangle_of_known_tiles(desc):
+    from starpo_frozenlake import FrozenLakeEnv
+
+    with pytest.raises(ValueError, match="A map"):
+        FrozenLakeEnv().reset(options={"task": {"seed": 0, "desc": desc}})

@@ -240,3 +240,43 @@ def test_kills_at_random_moments_always_leave_a_readable_store(tmp_path):
             child.send_signal(signal.SIGKILL)
             child.wait()
         assert len(TrajectoryStore.load(tmp_path / "store")) in (3, 203)
+
+
+def _saved_version(tmp_path):
+    store = TrajectoryStore(capacity=8)
+    store.add([make_trajectory(i) for i in range(3)], step=1)
+    return store.save(tmp_path / "store")
+
+
+@pytest.mark.parametrize(
+    "tamper, message",
+    [
+        (lambda v: (v / "store.json").write_text('{"capacity": "lots"}'), "capacity must be an integer >= 1, got 'lots'"),
+        (lambda v: (v / "store.json").write_text("[1, 2]"), "it holds a list, not a mapping"),
+        (lambda v: (v / "store.json").write_text('{"schema_version": 999}'), "has schema_version 999; this trl_starpo"),
+        (lambda v: (v / "store.json").write_text('{"next_index": -5}'), "next_index must be an integer >= 0, got -5"),
+        (lambda v: (v / "store.json").write_text("{not json"), "is damaged: not JSON"),
+        (lambda v: (v / "state.json").write_text(
+            '{"_data_files": [{"filename": "/etc/outside.arrow"}], "_fingerprint": "x"}'),
+         "names the data file '/etc/outside.arrow', which is not a file of"),
+        (lambda v: (v / "state.json").write_text('{"_data_files": [{"filename": "../v-000000/data.arrow"}]}'),
+         "which is not a file of"),
+        (lambda v: [path.write_bytes(path.read_bytes()[:200]) for path in v.glob("*.arrow")], "is damaged: "),
+    ],
+)
+def test_a_tampered_store_is_refused_in_one_line(tmp_path, tamper, message):
+    version = _saved_version(tmp_path)
+    tamper(version)
+    with pytest.raises(ValueError) as refused:
+        TrajectoryStore.load(tmp_path / "store")
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_html_of_a_tampered_store_is_one_line(tmp_path, capsys):
+    from trl_starpo.cli import main
+
+    version = _saved_version(tmp_path)
+    (version / "store.json").write_text('{"capacity": "lots"}')
+    assert main(["html", str(tmp_path / "store"), "-o", str(tmp_path / "page.html")]) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "capacity must be an integer" in lines[0]

@@ -30,10 +30,16 @@ _STYLES = {
 _RESET = "\033[0m"
 
 
+# Bidirectional overrides, embeddings, isolates and marks: they reorder how the rest of a line is displayed
+_BIDI_CONTROLS = frozenset(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x061C, 0x200E, 0x200F)))
+
+
 def printable(text: str) -> str:
-    """``text`` without control characters other than newline and tab: model output and environment text cannot
-    clear the screen, retitle the window or write the clipboard through terminal escape sequences."""
-    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) != "Cc")
+    """``text`` without control characters other than newline and tab, and without bidirectional controls: model
+    output and environment text cannot clear the screen, retitle the window or write the clipboard through terminal
+    escape sequences, nor make a line display other than it reads (U+202E)."""
+    return "".join(c for c in text
+                   if c in "\n\t" or (unicodedata.category(c) != "Cc" and c not in _BIDI_CONTROLS))
 
 
 class Printer:

@@ -359,8 +359,12 @@ class TrajectoryStore:
 
         root = Path(path)
         folder = current_version(root)
-        meta = json.loads((folder / META).read_text()) if (folder / META).is_file() else {}
-        dataset = datasets.load_from_disk(str(folder), keep_in_memory=True)
+        meta = _read_meta(folder)
+        _check_data_files(folder)
+        try:
+            dataset = datasets.load_from_disk(str(folder), keep_in_memory=True)
+        except (OSError, ValueError, TypeError, KeyError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise ValueError(f"{folder} is damaged: {type(error).__name__}: {str(error).splitlines()[0]}") from error
         store = cls(capacity=capacity or meta.get("capacity", DEFAULT_CAPACITY))
         table = dataset.data.table
         missing = [name for name in SCHEMA.names if name not in table.column_names]
@@ -369,12 +373,53 @@ class TrajectoryStore:
         table = table.select(SCHEMA.names).cast(SCHEMA)
         if table.num_rows:
             store._tables = [table]
-        store.next_index = int(meta.get("next_index", _max_index(table) + 1))
+        store.next_index = max(meta.get("next_index", 0), _max_index(table) + 1)
         store._trim()
         return store
 
     def __repr__(self) -> str:
         return f"TrajectoryStore({len(self)} trajectories, capacity={self.capacity}, next_index={self.next_index})"
+
+
+def _read_meta(folder: Path) -> dict:
+    """A version's ``store.json``, checked as data: a mapping whose counters are integers in range and whose schema
+    this code reads. ``{}`` when there is none (a plain ``save_to_disk`` folder)."""
+    path = folder / META
+    if not path.is_file():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is damaged: not JSON ({error}).") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path} is damaged: it holds a {type(meta).__name__}, not a mapping.")
+    version = meta.get("schema_version", SCHEMA_VERSION)
+    if not _is_count(version) or not 1 <= version <= SCHEMA_VERSION:
+        raise ValueError(f"{path} has schema_version {version!r}; this trl_starpo reads 1 to {SCHEMA_VERSION}.")
+    for name, low in (("capacity", 1), ("next_index", 0), ("rows", 0)):
+        if name in meta and not (_is_count(meta[name]) and meta[name] >= low):
+            raise ValueError(f"{path} is damaged: {name} must be an integer >= {low}, got {meta[name]!r}.")
+    return meta
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_data_files(folder: Path) -> None:
+    """Refuse a version whose ``state.json`` (written by ``datasets``) names data files outside the folder: an
+    absolute path or one with a folder part would make loading read whatever file it names."""
+    path = folder / "state.json"
+    if not path.is_file():
+        return
+    try:
+        files = json.loads(path.read_text(encoding="utf-8")).get("_data_files", [])
+        names = [entry["filename"] for entry in files]
+    except (UnicodeDecodeError, ValueError, AttributeError, TypeError, KeyError):
+        raise ValueError(f"{path} is damaged: no list of data files.") from None
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{path} names the data file {name!r}, which is not a file of {folder}: refused.")
 
 
 def current_version(root: Path) -> Path:

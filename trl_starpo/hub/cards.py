@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation import success_interval
-from ..rollout.settings import AGENT_FILE, RolloutSettings
+from ..rollout.settings import AGENT_FILE, RolloutSettings, parse_agent_info
 
 PLOT_FILE = "learning_curves.png"
 
@@ -128,7 +128,7 @@ class AgentRecord:
         path = Path(folder) / AGENT_FILE
         if not path.is_file():
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_agent_info(path)
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

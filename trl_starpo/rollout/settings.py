@@ -124,10 +124,30 @@ def read_agent_info(path: str | Path | None) -> dict[str, Any]:
         return {}
     if Path(path).is_dir():
         file = Path(path, AGENT_FILE)
-        return json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+        return parse_agent_info(file) if file.is_file() else {}
     try:
         from huggingface_hub import hf_hub_download
 
-        return json.loads(Path(hf_hub_download(str(path), AGENT_FILE)).read_text(encoding="utf-8"))
+        file = Path(hf_hub_download(str(path), AGENT_FILE))
     except Exception:  # not a repo, no such file, or offline without a cached copy: the defaults apply
         return {}
+    return parse_agent_info(file)
+
+
+_AGENT_INFO_TYPES = {"environments": list, "rollout": dict, "training": dict, "validation": dict}
+
+
+def parse_agent_info(file: Path) -> dict[str, Any]:
+    """``starpo_agent.json`` as untrusted data: a JSON mapping whose sections have their types; anything else is a
+    one-line ``ValueError``."""
+    try:
+        info = json.loads(file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{file} is damaged: not JSON ({error}).") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{file} is damaged: it holds a {type(info).__name__}, not a mapping.")
+    for name, kind in _AGENT_INFO_TYPES.items():
+        if name in info and not isinstance(info[name], kind):
+            raise ValueError(f"{file} is damaged: {name!r} must be a {'list' if kind is list else 'mapping'}, "
+                             f"got {json.dumps(info[name])[:60]}.")
+    return info

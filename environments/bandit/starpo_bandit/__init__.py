@@ -209,10 +209,17 @@ class BanditEnv(TextEnvironment):
         return f"Answer with the arm's name ({first} or {second}) or its number (1 or 2)."
 
 
+MAX_NAME_LENGTH = 64
+"""Arm names come from task rows (untrusted data) and go into every observation: a longer one is refused."""
+
+
 def _check_names(low_name: str, high_name: str) -> None:
     if low_name.strip().casefold() == high_name.strip().casefold():
         raise ValueError(f"The two arms need different names, got {low_name!r} twice.")
     for name in (low_name, high_name):
+        if not isinstance(name, str) or len(name) > MAX_NAME_LENGTH:
+            shown = repr(name[:40]) + "..." if isinstance(name, str) else type(name).__name__
+            raise ValueError(f"An arm name must be a string of at most {MAX_NAME_LENGTH} characters, got {shown}.")
         if not name.strip() or name.strip() in ("1", "2"):
             raise ValueError(f"Arm name {name!r} is empty or clashes with a position answer.")
 

@@ -48,6 +48,23 @@ def _system_prompt(is_slippery: bool) -> str:
     )
 
 
+MAX_MAP_SIDE = 32
+"""Maps come from task rows (untrusted data); a larger one is refused before gymnasium plans over it."""
+
+
+def checked_map(desc: Any) -> list[str]:
+    """``desc`` as a list of rows, refused (``ValueError``) unless it is a rectangle of at most ``MAX_MAP_SIDE``
+    rows and columns of the tiles S, F, H and G."""
+    if isinstance(desc, str) or not isinstance(desc, Sequence) or not 0 < len(desc) <= MAX_MAP_SIDE:
+        raise ValueError(f"A map must be a list of 1 to {MAX_MAP_SIDE} rows.")
+    rows = list(desc)
+    if not all(isinstance(row, str) and 0 < len(row) == len(rows[0]) <= MAX_MAP_SIDE for row in rows):
+        raise ValueError(f"A map's rows must be strings of one length, 1 to {MAX_MAP_SIDE} tiles.")
+    if set("".join(rows)) - set("SFHG"):
+        raise ValueError("A map's tiles must be S, F, H or G.")
+    return rows
+
+
 def render(desc: Sequence[str], position: int) -> list[str]:
     """The rows of symbols for a gymnasium map ``desc`` (``S``/``F``/``H``/``G``) with the player at ``position``."""
     width = len(desc[0])
@@ -119,7 +136,7 @@ class FrozenLakeEnv(TextEnvironment):
             task = {"seed": seed, "desc": frozen_lake.generate_random_map(size=self.size, p=self.p, seed=seed)}
         elif seed is None:
             seed = task.get("seed")
-        self._desc = list(task["desc"])
+        self._desc = checked_map(task["desc"])
         self._lake = frozen_lake.FrozenLakeEnv(desc=self._desc, is_slippery=self.is_slippery)
         self._lake.reset(seed=seed)
         self._steps = 0
