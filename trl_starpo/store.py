@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .json_files import read_json_mapping
 from .trajectory import Trajectory, Turn
 
 SCHEMA_VERSION = 1
@@ -387,12 +388,7 @@ def _read_meta(folder: Path) -> dict:
     path = folder / META
     if not path.is_file():
         return {}
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is damaged: not JSON ({error}).") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{path} is damaged: it holds a {type(meta).__name__}, not a mapping.")
+    meta = read_json_mapping(path)
     version = meta.get("schema_version", SCHEMA_VERSION)
     if not _is_count(version) or not 1 <= version <= SCHEMA_VERSION:
         raise ValueError(f"{path} has schema_version {version!r}; this trl_starpo reads 1 to {SCHEMA_VERSION}.")

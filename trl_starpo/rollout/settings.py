@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..json_files import read_json_mapping
 from .env_calls import check_env_timeout
 
 AGENT_FILE = "starpo_agent.json"
@@ -140,12 +141,7 @@ _AGENT_INFO_TYPES = {"environments": list, "rollout": dict, "training": dict, "v
 def parse_agent_info(file: Path) -> dict[str, Any]:
     """``starpo_agent.json`` as untrusted data: a JSON mapping whose sections have their types; anything else is a
     one-line ``ValueError``."""
-    try:
-        info = json.loads(file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{file} is damaged: not JSON ({error}).") from None
-    if not isinstance(info, dict):
-        raise ValueError(f"{file} is damaged: it holds a {type(info).__name__}, not a mapping.")
+    info = read_json_mapping(file)
     for name, kind in _AGENT_INFO_TYPES.items():
         if name in info and not isinstance(info[name], kind):
             raise ValueError(f"{file} is damaged: {name!r} must be a {'list' if kind is list else 'mapping'}, "
