@@ -44,8 +44,9 @@ Runs and records
     restarted with the same settings; a finished run writes its record, a small JSON file, to
     ``benchmarks/learning_runs/<environment>/<method>-seed<seed>.json`` (held-out success, the curve, the settings'
     key, the commit). ``--table`` rebuilds docs/results.md's table and ``docs/learning_<environment>.png`` from the
-    committed records alone; ``--table --records <folder>`` prints another folder's table (a sitting with another
-    budget or rule keeps its records apart) and writes its curves into that folder.
+    committed records alone; ``--table --records <folder>`` prints another folder's table (an ablation, with another
+    budget or rule, keeps its records apart under ``benchmarks/learning_runs/ablations/``, indexed in that folder's
+    README) and writes its curves into that folder.
 
 Usage
     python benchmarks/learning.py --env minigrid --method gigpo --seed 0       # one run (resumes when restarted)
@@ -53,7 +54,7 @@ Usage
     python benchmarks/learning.py --env all --method all --seed 0
     python benchmarks/learning.py --env webshop --method sft starpo-s --seed 0 1 2 --jobs 6   # side by side (a GPU)
     python benchmarks/learning.py --table                                      # the table, from the records
-    python benchmarks/learning.py --table --records benchmarks/learning_runs/archive   # a sitting's table, printed
+    python benchmarks/learning.py --table --records benchmarks/learning_runs/ablations/archive   # a sitting's table, printed
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
 
     On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads
