@@ -457,6 +457,9 @@ TRAINING_SERIES = (
     "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
     "gigpo/step_group_size", "critic/thinking_scale", "critic/scale_on_credit", "critic/scale_on_blame",
     "critic/advantage_shift",
+    # where an update's wall time went (trl_starpo/timing.py): seconds per update
+    "time/generation", "time/environment", "time/scoring", "time/loss_forward", "time/backward", "time/optimizer",
+    "time/other", "time/step",
 )
 
 

@@ -517,3 +517,19 @@ def test_a_damaged_agent_record_is_one_line(tmp_path, tiny_agent_dir, capsys, co
     assert main(argv) != 0
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_train_help_lists_every_recipe_field_as_trls_scripts_do(capsys):
+    from dataclasses import fields
+
+    from trl_starpo import StarPOConfig
+    from trl_starpo.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    for name in ("env", "preset", "learning_rate", "kl_early_stop", "eval_temperature", "warm_start", "lora_r",
+                 "max_turns", "thinking_critic"):
+        assert f"--{name}" in text, name
+    assert sum(f"--{spec.name} " in text or f"--{spec.name}," in text for spec in fields(StarPOConfig)) > 150

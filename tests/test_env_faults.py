@@ -1,4 +1,4 @@
-"""A broken, malformed or hanging environment ends its own trajectory, never the batch (issue 14, point 1)."""
+"""A broken, malformed or hanging environment ends its own trajectory, never the batch."""
 
 import math
 import threading

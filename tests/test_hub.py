@@ -336,3 +336,32 @@ def test_push_tasks_refuses_an_unknown_environment(monkeypatch, capsys):
     with fake_hub(monkeypatch) as hub:
         assert main(["push-tasks", "--env", "chess", "--repo-id", "user/chess"]) == 2
     assert "Unknown environment 'chess'" in capsys.readouterr().err and not hub.requests
+
+
+@pytest.mark.parametrize("environment, split", [("alfworld", "valid_seen"), ("sokoban", "validation")])
+def test_a_card_installs_from_the_source_tree_and_evaluates_on_a_split_the_environment_has(environment, split):
+    from trl_starpo.hub.cards import AgentRecord, model_card
+
+    card = model_card(AgentRecord(environments=[environment]), repo_id="me/agent")
+    assert f"pip install -e trl_starpo -e trl_starpo/environments/{environment}   # in the folder" in card
+    assert "pip install trl-starpo" not in card
+    assert f"trl-starpo eval --env {environment} --model me/agent --split {split} --episodes 64" in card
+    assert f'load_tasks("{environment}", "{split}")' in card
+
+
+def test_a_dry_run_writes_what_the_push_would_send_and_sends_nothing(monkeypatch, checkpoint, tmp_path, capsys):
+    from trl_starpo.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a dry run needs no Hub: it is also the offline preview
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    preview = tmp_path / "preview"
+    assert main(["push", str(checkpoint), "--repo_id", "user/counter-agent", "--dry-run", str(preview)]) == 0
+    model, data = preview / "user--counter-agent", preview / "user--counter-agent-trajectories"
+    assert capsys.readouterr().out.split() == ["model:", str(model), "trajectories:", str(data)]
+    listing = json.loads((model / "files.json").read_text())
+    assert listing["model.safetensors"] == (checkpoint / "model.safetensors").stat().st_size
+    assert "optimizer.pt" not in listing and not (model / "model.safetensors").exists()  # listed, not copied
+    card = (model / "README.md").read_text()
+    assert listing["README.md"] == len(card.encode()) and "user/counter-agent-trajectories" in card
+    assert json.loads((model / "starpo_agent.json").read_text())["trajectories_repo"] == "user/counter-agent-trajectories"
+    assert (data / "README.md").is_file() and set(json.loads((data / "files.json").read_text())) >= {"README.md"}

@@ -268,8 +268,8 @@ def test_another_folders_curves_go_into_it(learning, tmp_path):
     block = learning.folder_table(folder)
     assert f"({folder}/learning_hotpotqa.png)" in block and "learning_minigrid" not in block
     assert sorted(p.name for p in folder.iterdir()) == ["hotpotqa", "learning_hotpotqa.png"]
-    inside = learning.RECORDS / "budget2048"
-    assert learning.curves_link("hotpotqa", inside) == "../benchmarks/learning_runs/budget2048/learning_hotpotqa.png"
+    inside = learning.RECORDS / "ablations" / "budget2048"
+    assert learning.curves_link("hotpotqa", inside) == "../benchmarks/learning_runs/ablations/budget2048/learning_hotpotqa.png"
 
 
 def test_committed_records_keep_their_setting_key(learning):
@@ -404,7 +404,7 @@ def test_the_table_is_made_without_loading_torch(tmp_path):
         "print('loaded torch' if 'torch' in sys.modules else 'no torch')" % str(ROOT / "benchmarks" / "learning.py")
     )
     records = tmp_path / "iterations4"
-    shutil.copytree(ROOT / "benchmarks" / "learning_runs" / "iterations4", records)  # its curves are written there
+    shutil.copytree(ROOT / "benchmarks" / "learning_runs" / "ablations" / "iterations4", records)  # its curves are written there
     done = subprocess.run([sys.executable, "-c", probe, str(records)], capture_output=True, text=True, check=True)
     assert "| hotpotqa | `starpo-s` | 0 | 30/64 |" in done.stdout
     assert done.stdout.rstrip().endswith("no torch")

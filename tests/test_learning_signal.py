@@ -1,5 +1,5 @@
 """The learning signal of the update itself: filtered rows, KL early stopping's batches, the thinking critic's
-scaling and the outlier filter on sparse rewards (issue 12, points 2-5)."""
+scaling and the outlier filter on sparse rewards."""
 
 import logging
 import math
@@ -226,3 +226,11 @@ def test_a_warning_when_the_literal_filter_drops_every_success(tmp_path, tiny_mo
     inputs = scored(trainer, 8)
     assert inputs["tool_mask"][0].sum() > 0 and inputs["advantages"][0].max() > 0  # the success trains
     assert trainer._metrics["train"]["filter/dropped_every_success"] == [0.0]
+
+
+def test_a_preset_does_not_warn_about_its_own_kl_early_stop(tmp_path, tiny_model_dir, caplog):
+    args = make_args(tmp_path, preset="starpo-s", num_iterations=1)  # the preset's 0.05 cannot act on-policy
+    assert args.kl_early_stop == 0.05 and "kl_early_stop" in args.preset_filled
+    with caplog.at_level(logging.WARNING):
+        StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(2))
+    assert not any("kl_early_stop can never act" in record.getMessage() for record in caplog.records)

@@ -120,3 +120,19 @@ def test_the_recipes_bf16_is_kept_only_where_the_cpu_computes_it(native, monkeyp
     assert rl.use_cpu and not rl.fp16
     warnings = [r for r in caplog.records if "no bfloat16 arithmetic" in r.getMessage()]
     assert len(warnings) == (0 if native else 3)
+
+
+def test_every_recipe_scripts_help_renders():
+    # argparse reads "%" in a field's help as a format: one bare "20%" made `recipes/<env>.py --help` crash
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.dpo import TrajectoryDPOConfig
+    from trl_starpo.recipes import DPOArguments, EvaluationArguments, OfflineArguments, recipe_parser
+    from trl_starpo.config import StarPOConfig
+    from trl_starpo.sft import ExpertSFTConfig
+
+    parsers = [recipe_parser(), TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)),
+               TrlParser((DPOArguments, TrajectoryDPOConfig, ModelConfig)),
+               TrlParser((OfflineArguments, StarPOConfig, ModelConfig))]
+    for parser in parsers:
+        assert "--learning_rate" in parser.format_help()

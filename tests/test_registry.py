@@ -207,7 +207,8 @@ def test_load_dataset_on_a_data_folder_returns_the_environments_own_splits(name,
 
     from datasets import load_dataset
 
-    from trl_starpo.envs import tasks_data_dir, write_tasks_card
+    from trl_starpo.envs import tasks_data_dir
+    from trl_starpo.hub import write_tasks_card
 
     folder = tasks_data_dir(name)
     tasks = trl_starpo.load_tasks(name)
@@ -219,7 +220,7 @@ def test_load_dataset_on_a_data_folder_returns_the_environments_own_splits(name,
     shutil.copytree(folder, copy)
     write_tasks_card(name, copy)
     assert (copy / "README.md").read_text() == (folder / "README.md").read_text(), (
-        f"{folder}/README.md is out of date: python -c 'from trl_starpo.envs import write_tasks_card; "
+        f"{folder}/README.md is out of date: python -c 'from trl_starpo.hub import write_tasks_card; "
         f"write_tasks_card(\"{name}\")'")
 
 

@@ -459,3 +459,20 @@ def test_evaluation_can_decode_greedily_while_training_samples(tmp_path, tiny_ag
     assert trainer.generation_config.do_sample and trainer.generation_config.temperature == 1.0  # training's kept
     with pytest.raises(ValueError, match=r"temperature must be >= 0 \(0 decodes greedily\), got -1.0"):
         trainer.evaluate_episodes(counter_tasks(2), temperature=-1.0)
+
+
+def test_each_update_logs_where_its_wall_time_went(tmp_path, tiny_agent_dir):
+    from trl_starpo.timing import PHASES
+
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
+                            train_dataset=counter_tasks())
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "time/step" in entry]
+    assert len(logged) == 2
+    for entry in logged:
+        phases = {name: entry[f"time/{name}"] for name in PHASES}
+        assert all(seconds >= 0 for seconds in phases.values())
+        assert sum(phases.values()) == pytest.approx(entry["time/step"], rel=1e-6, abs=1e-6)
+        # the rollouts were generated and played, scored, and trained on, inside the step
+        for name in ("generation", "environment", "scoring", "loss_forward", "backward", "optimizer"):
+            assert phases[name] > 0, name

@@ -344,6 +344,7 @@ def _push(args: argparse.Namespace) -> int:
             token=args.token,
             push_trajectories=not args.no_trajectories,
             commit_message=args.commit_message,
+            dry_run=args.dry_run,
         )
     except OSError as error:  # the Hub's answers (HfHubHTTPError) and network failures
         raise CommandError(f"the Hub refused or could not be reached: {_one_line(error)}") from None
@@ -486,6 +487,20 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seeds sampling and the random policy")
 
 
+class _TrainHelp(argparse.Action):
+    """``train --help``: the command's own flags, then every field of the recipe's parser (``RecipeArguments``,
+    ``StarPOConfig``, ``ModelConfig``), as TRL's scripts list their configs."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .recipes import recipe_parser
+
+        recipe = recipe_parser()
+        recipe.prog = f"{parser.prog} [recipe fields]"
+        print(parser.format_help())
+        print(recipe.format_help())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``trl-starpo`` argument parser (``train`` passes unknown flags on to the recipe's parser)."""
     parser = argparse.ArgumentParser(prog="trl-starpo", description="StarPO multi-turn agent RL on top of TRL.",
@@ -528,7 +543,9 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train with the recipe; any StarPOConfig / ModelConfig flag passes through",
         description="Train a StarPO agent. Flags not listed here go to the recipe (StarPOConfig, ModelConfig, "
         "--eval_episodes, --tasks, --save_trajectories, ...), as for recipes/<env>.py.",
+        add_help=False,
     )
+    train.add_argument("-h", "--help", action=_TrainHelp, nargs=0, help="show these flags and every recipe field")
     train.add_argument("--env", required=True)
     train.add_argument("--preset", help="a StarPOConfig preset (starpo, starpo-s, ...)")
     train.add_argument("--model", help="model id or folder (--model_name_or_path)")
@@ -543,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--private", action="store_true")
     push.add_argument("--token", help="a Hub token (default: the logged-in one)")
     push.add_argument("--commit-message", default="Upload StarPO agent")
+    push.add_argument("--dry-run", metavar="FOLDER",
+                      help="send nothing: write each repository's card, generated files and file list under FOLDER")
     push.set_defaults(func=_push)
 
     tasks = commands.add_parser("push-tasks", help="push an environment's task splits to the Hub as a dataset",

@@ -146,7 +146,7 @@ class StarPOConfig(GRPOConfig):
             "weight at filter_num_std / |z|, z its return's distance from its group mean in group standard "
             "deviations (rare successes keep part of their credit); 'outlier' is the specification's filter as "
             "written: it drops returns beyond filter_num_std standard deviations of the batch mean (on sparse 0/1 "
-            "rewards, every success while under ~20% of the batch succeed); 'variance' keeps the "
+            "rewards, every success while under about a fifth of the batch succeed); 'variance' keeps the "
             "filter_keep_fraction of task groups whose returns vary most (RAGEN). Default: the preset's, else 'none'."
         },
     )
@@ -327,9 +327,11 @@ class StarPOConfig(GRPOConfig):
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(f"Unknown preset {self.preset!r}; choose one of {sorted(PRESETS)} or leave it unset.")
         values = {**_FALLBACKS, **PRESETS.get(self.preset, {})}
+        self.preset_filled = set()  # the fields the user left to the preset (or the fallback): not their choice
         for name, value in values.items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
+                self.preset_filled.add(name)
 
     def _validate_sampling_and_batch_fields(self) -> None:
         if self.temperature <= 0:

@@ -16,7 +16,6 @@ policy returns ``Trajectory`` records, so the statistics are ``rollout.metrics.t
 
 from __future__ import annotations
 
-import math
 import random
 import warnings
 from collections.abc import Callable, Sequence
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .rollout.settings import RolloutSettings
+from .statistics import success_interval
 from .trajectory import Trajectory, Turn
 
 POLICIES = ("model", "random", "expert")
@@ -246,31 +246,15 @@ class EvaluationResult:
                 "first_env_error": self.first_env_error}
 
 
-def success_interval(success_rate: float, episodes: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of a success rate measured over ``episodes`` episodes; NaNs without episodes.
-
-    Unlike the normal approximation (``p ± 1.96 sqrt(p(1-p)/n)``), it does not shrink to a point at 0 or 1
-    successes out of a few episodes: 0/4 gives [0, 0.49].
-    """
-    from scipy.stats import binomtest
-
-    if not episodes or math.isnan(success_rate):
-        return float("nan"), float("nan")
-    successes = round(success_rate * episodes)
-    interval = binomtest(successes, episodes).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(interval.low), float(interval.high)
-
-
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Mean of each rollout statistic over ``trajectories``, plus the 95% Wilson interval of the success rate
     (``success_low``, ``success_high``); NaN when there are none."""
-    from .rollout.metrics import STAT_NAMES, trajectory_stats
+    from .rollout.metrics import STAT_NAMES, mean_stats, trajectory_stats
 
     if not trajectories:
         return {**{name: float("nan") for name in STAT_NAMES}, "success_low": float("nan"),
                 "success_high": float("nan")}
-    rows = [trajectory_stats(t) for t in trajectories]
-    stats = {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*rows))}
+    stats = mean_stats([trajectory_stats(t) for t in trajectories])
     stats["success_low"], stats["success_high"] = success_interval(stats["success"], len(trajectories))
     return stats
 

@@ -113,7 +113,7 @@ def resume_checkpoint(args: TrainingArguments, *, sealed: bool = False) -> str |
 def validation_table(splits: dict[str, dict[str, dict]], *, warm_start: bool, method: str) -> str:
     """The validation results of a run as a Markdown table, one row a split and stage, with 95% Wilson intervals:
     ``untrained`` and ``warm start`` where the run started from one, then the trained model."""
-    from .evaluation import success_interval
+    from .statistics import success_interval
 
     names = {"untrained": "untrained", "before": "warm start" if warm_start else "before training",
              "after": f"after {method}"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
@@ -23,20 +24,15 @@ from trl.models import unwrap_model_for_generation
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import pad, use_adapter
 
-from .algorithms import turns as turn_tensors
 from .algorithms.advantages import group_relative_advantages, token_advantages
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS, AdvantageBatch, EstimatorSettings
 from .algorithms.critics import (
     ThinkingCritic,
-    relative_to_batch,
-    scale_by_thinking,
-    thinking_scale_metrics,
     ValueCritic,
     explained_variance,
     load_critics,
-    pooled_thinking_states,
-    reasoning_signals,
     save_critics,
+    thinking_critic_advantages,
 )
 from .algorithms.filtering import trajectory_filter_weights
 from .algorithms.kl_control import KLEarlyStopping, sampling_kl
@@ -47,6 +43,7 @@ from .hub.push import StarPOHubMixin
 from .logprobs import scored_logps
 from .nonfinite import NonFiniteGuard
 from .checkpoints import CheckpointSeal, clear_checkpoint_folder, resolve_resume
+from .timing import UpdateTimer
 from .resume import EpochSeededSampler, load_rollout_state, save_rollout_state
 from .monitor import add_echo_trap_monitor
 from .models import quiet_checkpointing_rename
@@ -54,7 +51,7 @@ from .rollout.collector import RolloutCollector
 from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
-from .rollout.metrics import STAT_NAMES, trajectory_stats
+from .rollout.metrics import STAT_NAMES, mean_stats, trajectory_stats
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
 
@@ -158,6 +155,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.value_critic, self.thinking_critic = self._build_critics(args)
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
+        self._inputs_seconds = self._loss_seconds = 0.0  # of the current micro-step, for the update timer
+        self.update_timer = UpdateTimer(self)  # time/<phase> of every step; before the guard, which it times
+        self.add_callback(self.update_timer)
         self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
         self.add_callback(self.nonfinite_guard)
         self._capture_loss_logps = False
@@ -165,7 +165,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self._generation_start = 0  # the micro-step at which the buffered generation batch was collected
         optimizer_steps_per_batch = args.steps_per_generation * self.num_iterations / args.gradient_accumulation_steps
         if args.kl_early_stop > 0 and optimizer_steps_per_batch <= 2:
-            logger.warning(
+            # A preset's value that cannot act here is no mistake of the user's: said at info level
+            say = logger.info if "kl_early_stop" in getattr(args, "preset_filled", ()) else logger.warning
+            say(
                 f"kl_early_stop can never act here: each rollout batch serves {optimizer_steps_per_batch:g} optimizer "
                 "step(s). The first step runs on the sampling policy itself (KL 0) and a stop acts only at the next "
                 "optimizer step of the same batch, so there must be at least 3: steps_per_generation * "
@@ -253,6 +255,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 tokenizer=self._tokenizer,
             )
             trajectories = self.collector.collect(self.environment_pool.take(len(tasks)), tasks, generator, groups)
+        if self.model.training:
+            for phase, seconds in self.collector.last_timing.items():
+                self.update_timer.add(phase, seconds)
         self.environment_pool.discard_timed_out(trajectories)
         if self.args.env_timeout is not None:
             self.log_metric("rollout/hung_env_calls", float(hung_calls()), "train" if self.model.training else "eval")
@@ -283,7 +288,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         stats = gather_object([trajectory_stats(t) for t in trajectories])
         if not stats:
             return {name: float("nan") for name in STAT_NAMES}
-        return {name: sum(column) / len(column) for name, column in zip(STAT_NAMES, zip(*stats))}
+        return mean_stats(stats)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
@@ -296,6 +301,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.last_trajectories = trajectories
         if mode == "train":  # fresh rollouts; an evaluation in between must not cancel a pending stop
             self.kl_early_stopping.reset()
+            with self.update_timer.phase("scoring"):
+                return self.score_trajectories(trajectories, group_size, offset, mode)
         return self.score_trajectories(trajectories, group_size, offset, mode)
 
     def score_trajectories(
@@ -346,11 +353,11 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             action_weight=self.args.action_loss_weight,
         )
         if self.thinking_critic is not None:
-            scales = self._thinking_scales(trajectories, hidden, all_returns, group_size, local, mode)
-            scaled = scale_by_thinking(advantages, scales, self.args.thinking_scale_rule)
-            for name, value in thinking_scale_metrics(advantages, scaled, scales, model_mask).items():
+            thought = thinking_critic_advantages(self.thinking_critic, estimator_batch, hidden, advantages,
+                                                 rule=self.args.thinking_scale_rule, train=mode == "train")
+            for name, value in thought.metrics.items():
                 self._metrics[mode][name].append(value)
-            advantages = scaled
+            advantages = thought.advantages
 
         # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing; a weight
         # between 0 and 1 scales a kept trajectory's advantages.
@@ -436,49 +443,6 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         )
         return estimate
 
-    def _thinking_scales(self, trajectories, hidden, all_returns, group_size, local, mode) -> torch.Tensor:
-        """``(B, T)`` factors ``sigmoid(score)`` of each turn's thinking on that turn's tokens; stores each score
-        in ``Turn.thinking_score`` and, in training, updates the critic."""
-        critic = self.thinking_critic
-        after_token = hidden[:, 1:]
-        pooled = [pooled_thinking_states(after_token[row], t, t.prompt_length) for row, t in enumerate(trajectories)]
-        signals = [reasoning_signals(t).to(hidden.device) for t in trajectories]
-        features = critic.features(torch.cat(pooled), torch.cat(signals))
-        with torch.no_grad():
-            scores = critic(features)
-
-        group_means = all_returns.view(-1, group_size).mean(dim=1).repeat_interleave(group_size)
-        difference = (all_returns - group_means)[local]
-        label = torch.where(difference.abs() > 1e-6, (difference > 0).float(), torch.full_like(difference, float("nan")))
-        labels = torch.cat([label[row].repeat(len(t.turns)) for row, t in enumerate(trajectories)])
-
-        turn_scales = torch.sigmoid(scores)
-        if self.args.thinking_scale_rule == "relative":
-            summed = torch.tensor([turn_scales.sum().item(), float(turn_scales.numel())], device=scores.device)
-            total, scored_turns = self.accelerator.reduce(summed, reduction="sum").tolist()
-            turn_scales = relative_to_batch(turn_scales, total / max(scored_turns, 1.0))
-        per_turn, start = [], 0
-        for trajectory in trajectories:
-            count = len(trajectory.turns)
-            for turn, score in zip(trajectory.turns, scores[start : start + count].tolist()):
-                turn.thinking_score = score
-            per_turn.append(turn_scales[start : start + count])
-            start += count
-        padded, _ = turn_tensors.per_turn_tensor(trajectories, per_turn, like=hidden)
-        length = hidden.size(1) - 1
-        covered = turn_tensors.spread_over_turns(torch.ones_like(padded), trajectories, length)
-        scales = turn_tensors.spread_over_turns(padded, trajectories, length) + (1 - covered)
-
-        if mode == "train":
-            self._metrics[mode]["critic/thinking_loss"].append(critic.update(features, labels))
-        all_signals = torch.cat(signals)
-        metrics = {"critic/thinking_scale": torch.sigmoid(scores).mean().item() if scores.numel() else float("nan")}
-        for i, name in enumerate(("empty_thinking", "repeated_thinking", "ungrounded_action")):
-            metrics[f"critic/{name}"] = all_signals[:, i].mean().item() if all_signals.numel() else float("nan")
-        for name, value in metrics.items():
-            self._metrics[mode][name].append(value)
-        return scales
-
     def _trajectory_tensors(self, trajectories: list[Trajectory], device) -> dict[str, torch.Tensor]:
         """Pad trajectories into GRPO's prompt / completion layout, with the model-token mask as ``tool_mask``."""
         pad_id = self._tokenizer.pad_token_id
@@ -545,6 +509,15 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._scored_positions = None
 
     def _compute_loss(self, model, inputs):
+        start = time.perf_counter()
+        try:
+            return self._starpo_loss(model, inputs)
+        finally:
+            if self.model.training:
+                self._loss_seconds += time.perf_counter() - start
+                self.update_timer.add("loss_forward", time.perf_counter() - start)
+
+    def _starpo_loss(self, model, inputs):
         self._capture_loss_logps = True
         try:
             with self._scoring(inputs["completion_mask"] * inputs["tool_mask"]):
@@ -563,7 +536,10 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         return loss
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        start, self._inputs_seconds, self._loss_seconds = time.perf_counter(), 0.0, 0.0
         loss = super().training_step(model, inputs, num_items_in_batch)
+        # what is neither making the inputs (rollouts, scoring) nor the forward and loss is the backward pass
+        self.update_timer.add("backward", time.perf_counter() - start - self._inputs_seconds - self._loss_seconds)
         self.nonfinite_guard.observe_loss(loss)
         return loss
 
@@ -608,10 +584,12 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._generation_start = self._step
         step = self._step
         self._step = step - self._generation_start
+        start = time.perf_counter()
         try:
             return super()._prepare_inputs(generation_batch)
         finally:
             self._step = step
+            self._inputs_seconds += time.perf_counter() - start
 
     def log_metric(self, name: str, value: float, mode: str = "train") -> None:
         """Add ``value`` to the metrics of the next log, averaged with the other values of ``name`` as TRL averages
@@ -692,7 +670,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         device = self.accelerator.device
         stats = torch.tensor([trajectory_stats(t) for t in trajectories], dtype=torch.float32, device=device)
         all_stats = self.accelerator.gather(stats)
-        for name, column in zip(STAT_NAMES, all_stats.mean(dim=0).tolist()):
+        for name, column in zip(STAT_NAMES, all_stats.nanmean(dim=0).tolist()):  # NaN: no action sent
             self._metrics[mode][f"rollout/{name}"].append(column)
         group_std = all_returns.view(-1, group_size).std(dim=1) if group_size > 1 else torch.zeros(1)
         self._metrics[mode]["reward"].append(all_returns.mean().item())

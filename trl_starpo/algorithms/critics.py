@@ -7,6 +7,9 @@ costs one no-grad forward pass plus a linear layer. The value critic can instead
 (``value_model``), which it then trains as a whole.
 
 Across processes, critic gradients are averaged before each step, so every process holds the same critic.
+
+The trainer calls the thinking critic once per batch, ``thinking_critic_advantages`` (scores, scaled advantages,
+its update and its metrics), in the shape of the advantage estimators (``estimators.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..trajectory import Segment, Trajectory
+from . import turns
+from .estimators import AdvantageBatch, Estimate
 
 
 def clipped_value_loss(
@@ -250,6 +255,61 @@ def pooled_thinking_states(hidden: torch.Tensor, trajectory: Trajectory, complet
         if positions:
             pooled[i] = hidden[positions].mean(dim=0)
     return pooled
+
+
+def thinking_critic_advantages(critic: ThinkingCritic, batch: AdvantageBatch, hidden: torch.Tensor,
+                               advantages: torch.Tensor, *, rule: str, train: bool) -> Estimate:
+    """The thinking critic's whole part in scoring a batch, in one call: score each turn's thinking, scale that turn's
+    ``advantages`` by ``sigmoid(score)`` under ``rule`` (``scale_by_thinking``), and, when ``train``, take one step
+    of the critic on whether each trajectory beat its group's mean return.
+
+    ``hidden`` holds the policy's last hidden states ``(B, T + 1, H)`` from the state before the first completion
+    token on; each score is also kept on its turn (``Turn.thinking_score``) for the trajectory store. Returns the
+    scaled advantages with the ``critic/*`` metrics.
+    """
+    trajectories = batch.trajectories
+    after_token = hidden[:, 1:]
+    pooled = [pooled_thinking_states(after_token[row], t, t.prompt_length) for row, t in enumerate(trajectories)]
+    signals = [reasoning_signals(t).to(hidden.device) for t in trajectories]
+    features = critic.features(torch.cat(pooled), torch.cat(signals))
+    with torch.no_grad():
+        scores = critic(features)
+
+    turn_scales = torch.sigmoid(scores)
+    if rule == "relative":
+        summed = torch.tensor([turn_scales.sum().item(), float(turn_scales.numel())], device=scores.device)
+        total, scored_turns = (batch.reduce(summed) if batch.reduce else summed).tolist()
+        turn_scales = relative_to_batch(turn_scales, total / max(scored_turns, 1.0))
+    per_turn, start = [], 0
+    for trajectory in trajectories:
+        count = len(trajectory.turns)
+        for turn, score in zip(trajectory.turns, scores[start : start + count].tolist()):
+            turn.thinking_score = score
+        per_turn.append(turn_scales[start : start + count])
+        start += count
+    padded, _ = turns.per_turn_tensor(trajectories, per_turn, like=hidden)
+    length = hidden.size(1) - 1
+    covered = turns.spread_over_turns(torch.ones_like(padded), trajectories, length)
+    scales = turns.spread_over_turns(padded, trajectories, length) + (1 - covered)
+    scaled = scale_by_thinking(advantages, scales, rule)
+
+    metrics = thinking_scale_metrics(advantages, scaled, scales, batch.mask)
+    if train:
+        metrics["critic/thinking_loss"] = critic.update(features, _beat_the_group_labels(batch))
+    all_signals = torch.cat(signals)
+    metrics["critic/thinking_scale"] = torch.sigmoid(scores).mean().item() if scores.numel() else float("nan")
+    for i, name in enumerate(("empty_thinking", "repeated_thinking", "ungrounded_action")):
+        metrics[f"critic/{name}"] = all_signals[:, i].mean().item() if all_signals.numel() else float("nan")
+    return Estimate(scaled, metrics=metrics)
+
+
+def _beat_the_group_labels(batch: AdvantageBatch) -> torch.Tensor:
+    """Per turn: 1 when its trajectory's return is above its group's mean, 0 below, NaN (no label) when equal."""
+    returns = batch.returns
+    group_means = returns.view(-1, batch.group_size).mean(dim=1).repeat_interleave(batch.group_size)
+    difference = (returns - group_means)[batch.rows]
+    label = torch.where(difference.abs() > 1e-6, (difference > 0).float(), torch.full_like(difference, float("nan")))
+    return torch.cat([label[row].repeat(len(t.turns)) for row, t in enumerate(batch.trajectories)])
 
 
 def save_critics(critics: dict[str, nn.Module], folder: str) -> None:

@@ -112,7 +112,7 @@ def trajectories_html(
     step); with ``tokenizer``, each also shows its prompt and its tokens by segment."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    from ..evaluation import success_interval
+    from ..statistics import success_interval
 
     n = len(trajectories)
     environments = list(environments or [None] * n)

@@ -87,7 +87,7 @@ def plot_learning_curves(
     from matplotlib.figure import Figure  # a bare Figure renders with Agg and never touches pyplot's backend
     from matplotlib.ticker import MaxNLocator
 
-    from ..evaluation import success_interval
+    from ..statistics import success_interval
 
     figure = Figure(figsize=FIGURE_SIZE, dpi=DPI)
     axes = figure.subplots(2, 3)
@@ -126,6 +126,10 @@ def plot_learning_curves(
         ax.set_title(f"{panel} ({name})", fontsize=10)
         ax.set_xlabel("step", fontsize=9)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(axis="y", useOffset=False)  # no "1e-8 - 3e-1" corner label on a flat series
+        low, high = ax.get_ylim()
+        if high - low < 1e-6:  # a flat series reads as flat, not as float noise magnified
+            ax.set_ylim(low - 0.5, high + 0.5)
         ax.grid(alpha=0.3)
         if len(ax.get_legend_handles_labels()[0]) > 1:
             ax.legend(fontsize=8)

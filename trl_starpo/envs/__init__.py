@@ -9,7 +9,6 @@ from .registry import (
     load_tasks,
     tasks_data_dir,
     write_task_split,
-    write_tasks_card,
 )
 from .splits import parse_task_split_args, write_task_splits
 
@@ -26,5 +25,4 @@ __all__ = [
     "tasks_data_dir",
     "write_task_split",
     "write_task_splits",
-    "write_tasks_card",
 ]

@@ -131,22 +131,6 @@ def tasks_data_dir(name: str) -> Path:
     return Path(importlib.import_module(eps[name].module).__file__).parent / "data"
 
 
-def write_tasks_card(name: str, data_dir: str | Path | None = None) -> Path:
-    """Write the ``README.md`` of environment ``name``'s data folder (``tasks_data_dir`` by default): a dataset card
-    whose ``configs`` map each split of ``load_tasks(name)`` to its ``<split>.jsonl``, so that
-    ``datasets.load_dataset(folder)`` returns the splits by the environment's own names (without it, ALFWorld's
-    ``valid_seen`` and ``valid_unseen`` merge into one ``validation`` split)."""
-    from ..hub.cards import tasks_card
-
-    folder = Path(data_dir) if data_dir is not None else tasks_data_dir(name)
-    tasks = load_tasks(name)
-    files = {split: f"{split}.jsonl" for split in tasks}
-    size = sum((folder / file).stat().st_size for file in files.values())
-    path = folder / "README.md"
-    path.write_text(tasks_card(name, files, tasks, download_size=size), encoding="utf-8")
-    return path
-
-
 def load_task_dataset(data_dir: str | Path, split: str | None = None, source: str | None = None):
     """Load an environment's task instances with ``datasets.load_dataset``.
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..evaluation import success_interval
+from ..statistics import success_interval
 from ..rollout.settings import AGENT_FILE, RolloutSettings, parse_agent_info
 
 PLOT_FILE = "learning_curves.png"
@@ -222,6 +222,33 @@ def environment_distribution(environment: str) -> str | None:
     return None
 
 
+def validation_split(environment: str) -> str:
+    """The split an agent of ``environment`` is checked on: ``validation`` where the environment has one, else its
+    first split that is not ``train`` (ALFWorld's ``valid_seen``)."""
+    from ..envs import load_tasks
+
+    try:
+        splits = list(load_tasks(environment))
+    except Exception:  # not installed here: the usual name
+        return "validation"
+    if "validation" in splits:
+        return "validation"
+    return next((split for split in splits if split != "train"), "validation")
+
+
+def install_command(environments: list[str]) -> str:
+    """The pip line that installs trl_starpo and the environments' packages: from a clone of the trl_starpo
+    repository for the environments it ships (``environments/<name>``), by name for the others."""
+    words = ["pip install -e trl_starpo"]
+    for environment in environments:
+        distribution = environment_distribution(environment)
+        if distribution == f"starpo-{environment}":
+            words.append(f"-e trl_starpo/environments/{_shell_word(environment)}")
+        elif distribution is not None:  # (an environment not installed where the card is written is left out)
+            words.append(_shell_word(distribution))
+    return " ".join(words) + "   # in the folder that holds a clone of the trl_starpo repository"
+
+
 def play_snippet(repo_id: str, environment: str, split: str = "validation") -> str:
     """Python that loads the agent ``repo_id`` and plays one ``environment`` episode, printing each turn.
 
@@ -268,8 +295,8 @@ def model_card(
         tags=tags,
         datasets=[trajectories] if trajectories else None,
     )
-    packages = ["trl-starpo"] + [d for d in (environment_distribution(e) for e in environments) if d]
     environment, repo = _shell_word(environments[0]), _shell_word(repo_id)
+    split = validation_split(environments[0])
     settings = {**record.training, **record.rollout}
     card = ModelCard.from_template(
         card_data,
@@ -283,10 +310,10 @@ def model_card(
         adapter=record.adapter,
         results=_results(record.validation),
         plot_file=plot_file,
-        install_command="pip install " + " ".join(_shell_word(p) for p in dict.fromkeys(packages)),
-        play_snippet=play_snippet(repo_id, environments[0]).rstrip(),
+        install_command=install_command(list(dict.fromkeys(environments))),
+        play_snippet=play_snippet(repo_id, environments[0], split).rstrip(),
         play_command=f"trl-starpo play --env {environment} --model {repo}",
-        eval_command=f"trl-starpo eval --env {environment} --model {repo} --split validation --episodes 64",
+        eval_command=f"trl-starpo eval --env {environment} --model {repo} --split {_shell_word(split)} --episodes 64",
         version=markdown_text(record.trl_starpo_version or __version__),
         preset=markdown_code(record.preset or "none (StarPOConfig defaults)"),
         global_step=_fmt(record.global_step),

@@ -239,6 +239,22 @@ def task_files(environment: str, tasks, *, repo_id: str) -> dict[str, bytes]:
     return files
 
 
+def write_tasks_card(name: str, data_dir: str | Path | None = None) -> Path:
+    """Write the ``README.md`` of environment ``name``'s data folder (``tasks_data_dir`` by default): a dataset card
+    whose ``configs`` map each split of ``load_tasks(name)`` to its ``<split>.jsonl``, so that
+    ``datasets.load_dataset(folder)`` returns the splits by the environment's own names (without it, ALFWorld's
+    ``valid_seen`` and ``valid_unseen`` merge into one ``validation`` split)."""
+    from ..envs import load_tasks, tasks_data_dir
+
+    folder = Path(data_dir) if data_dir is not None else tasks_data_dir(name)
+    tasks = load_tasks(name)
+    files = {split: f"{split}.jsonl" for split in tasks}
+    size = sum((folder / file).stat().st_size for file in files.values())
+    path = folder / "README.md"
+    path.write_text(tasks_card(name, files, tasks, download_size=size), encoding="utf-8")
+    return path
+
+
 def push_tasks(environment: str, repo_id: str, *, private: bool | None = None, token: str | None = None,
                commit_message: str = "Upload StarPO environment tasks") -> str:
     """Push every task split of the installed environment ``environment`` to the dataset repository ``repo_id``;
@@ -301,7 +317,7 @@ def _log_history(path: Path) -> list[dict[str, Any]]:
 
 def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: str | None = None,
                push_trajectories: bool = True, private: bool | None = None, token: str | None = None,
-               commit_message: str = "Upload StarPO agent") -> dict[str, str]:
+               commit_message: str = "Upload StarPO agent", dry_run: str | Path | None = None) -> dict[str, str]:
     """Push a local agent (an output_dir or checkpoint-N folder) and its trajectory store to the Hub.
 
     The trajectories (``<checkpoint>/trajectories``) go first, to ``trajectories_repo_id`` (default
@@ -309,7 +325,10 @@ def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: st
 
     Everything sent is read and built before the first request: a folder without weights, an unreadable
     ``starpo_agent.json``, ``trainer_state.json`` or store, a repository id without its namespace, or offline mode
-    (``HF_HUB_OFFLINE=1``) raise ``ValueError`` and leave nothing on the Hub.
+    (``HF_HUB_OFFLINE=1``) raise ``ValueError`` and leave nothing on the Hub. With ``dry_run`` (a folder), nothing
+    is sent, online or not: each repository's generated files (cards, ``starpo_agent.json``, curves, the trajectory
+    data) and ``files.json``, the list of every file it would receive with its size, are written under
+    ``<dry_run>/<repository>/``; the returned mapping holds those folders.
     """
     from huggingface_hub import CommitOperationAdd, HfApi, constants
 
@@ -327,6 +346,13 @@ def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: st
         _check_repo_id(dataset_repo)
     linked = dataclasses.replace(record, trajectories_repo=dataset_repo) if dataset_repo else record
     files = agent_files(folder, repo_id=repo_id, record=linked)
+    if dry_run is not None:
+        written = {"model": str(write_dry_run(Path(dry_run) / repo_id.replace("/", "--"), files))}
+        if dataset_repo is not None:
+            trajectory_files = dataset_files(store, repo_id=dataset_repo, record=record, model_repo=repo_id)
+            written["trajectories"] = str(write_dry_run(Path(dry_run) / dataset_repo.replace("/", "--"),
+                                                        trajectory_files))
+        return written
     if constants.HF_HUB_OFFLINE:
         raise ValueError(f"HF_HUB_OFFLINE is set: pushing needs the Hub. {folder} is ready; push it online.")
 
@@ -342,6 +368,23 @@ def push_agent(checkpoint: str | Path, repo_id: str, *, trajectories_repo_id: st
     api.create_commit(model_url.repo_id, operations, commit_message=commit_message)
     urls["model"] = str(model_url)
     return urls
+
+
+def write_dry_run(folder: Path, files: dict[str, Path | bytes]) -> Path:
+    """Write what a push would send to one repository: the generated files themselves, and ``files.json`` listing
+    every path with its size in bytes (files already on disk, such as the weights, are listed, not copied)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    listing = {}
+    for path, content in files.items():
+        if isinstance(content, bytes):
+            target = folder / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+            listing[path] = len(content)
+        else:
+            listing[path] = Path(content).stat().st_size
+    (folder / "files.json").write_text(json.dumps(listing, indent=1) + "\n", encoding="utf-8")
+    return folder
 
 
 def _check_repo_id(repo_id: str) -> None:

@@ -10,6 +10,7 @@ timeout, the actions of one turn are stepped in all of the batch's environments 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, Sequence
@@ -179,6 +180,7 @@ class RolloutCollector:
         self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
         self.response_prefix_ids = tokenizer(self.response_prefix, add_special_tokens=False)["input_ids"]
         self.eos_token_ids = {tokenizer.eos_token_id}
+        self.last_timing: dict[str, float] = {"generation": 0.0, "environment": 0.0}
 
     @classmethod
     def from_config(cls, tokenizer, args) -> RolloutCollector:
@@ -195,15 +197,19 @@ class RolloutCollector:
         """Run one episode per (environment, task) pair, all batched together, and return the trajectories.
 
         ``environments[i]`` plays ``tasks[i]``; trajectories that share a task (a group) should get the same task
-        row so they share a start state.
+        row so they share a start state. ``last_timing`` then holds the seconds spent generating and in the
+        environments (``{"generation": ..., "environment": ...}``; the start's rendering counts with the resets).
         """
         groups = list(groups) if groups is not None else list(range(len(tasks)))
         generator.reset()
+        self.last_timing = timing = {"generation": 0.0, "environment": 0.0}
         trajectories, last_observation, actions_used = [], [], [0] * len(tasks)
+        start = time.perf_counter()
         for env, task, group in zip(environments, tasks, groups, strict=True):
             trajectory, observation = self._start(env, task, group)
             trajectories.append(trajectory)
             last_observation.append(observation)
+        timing["environment"] += time.perf_counter() - start
 
         for _ in range(self.max_turns):
             contexts, budget = {}, {}
@@ -218,7 +224,9 @@ class RolloutCollector:
                 budget[i] = min(self.max_tokens_per_turn, room)
             if not contexts:
                 break
+            start = time.perf_counter()
             responses = generator.generate(contexts, max(budget.values()))
+            timing["generation"] += time.perf_counter() - start
             logprobs = getattr(generator, "last_logprobs", None) or {}
             played = {
                 i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i))
@@ -229,7 +237,9 @@ class RolloutCollector:
                 for i, (turn, actions, _) in played.items()
                 if turn.format_ok
             }
+            start = time.perf_counter()
             observations = dict(zip(steps, run_side_by_side(list(steps.values()), self.env_timeout is not None)))
+            timing["environment"] += time.perf_counter() - start
             for i, (turn, _, ended) in played.items():
                 if not turn.format_ok:
                     observations[i] = f"Invalid response ({turn.format_error}). {self._format_hint()}\n"

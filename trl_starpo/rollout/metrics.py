@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..trajectory import Segment, Trajectory
 
 STAT_NAMES = (
@@ -25,8 +27,8 @@ STAT_NAMES = (
 def trajectory_stats(trajectory: Trajectory) -> list[float]:
     """The statistics of one trajectory, in the order of ``STAT_NAMES``.
 
-    ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (1 when
-    none was sent); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory;
+    ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (NaN when
+    none was sent: averages over trajectories leave it out, see ``mean_stats``); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory;
     ``env_error`` and ``env_timeout`` are 1 when the environment failed the trajectory (raised or broke the protocol;
     took longer than ``env_timeout``).
     """
@@ -42,8 +44,8 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
         trajectory.episode_return,
         float(len(turns)),
         float(actions),
-        valid / actions if actions else 1.0,
-        effective / actions if actions else 1.0,
+        valid / actions if actions else math.nan,
+        effective / actions if actions else math.nan,
         malformed / len(turns) if turns else 0.0,
         float(sum(turn.num_dropped_actions for turn in turns)),
         float(thinking + action),
@@ -53,3 +55,13 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
         float(trajectory.truncation == "env_timeout"),
         float(trajectory.truncation is not None),
     ]
+
+
+def mean_stats(rows: list[list[float]]) -> dict[str, float]:
+    """Each statistic of ``STAT_NAMES`` averaged over the trajectories' ``rows`` (``trajectory_stats``), leaving out
+    the NaNs of trajectories that sent no action (NaN when none has a value)."""
+    means = {}
+    for name, column in zip(STAT_NAMES, zip(*rows)):
+        known = [value for value in column if not math.isnan(value)]
+        means[name] = sum(known) / len(known) if known else math.nan
+    return means
