@@ -381,7 +381,6 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
     from peft import LoraConfig
     from transformers import TrainerCallback, TrainerState
     from transformers.trainer import TRAINER_STATE_NAME
-    from transformers.trainer_utils import get_last_checkpoint
 
     from trl_starpo import StarPOConfig, StarPOTrainer, load_tasks
     from trl_starpo.presets import PRESETS
@@ -424,7 +423,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
     # in optimizer steps: each rollout batch serves num_iterations of them
     fewest_updates = max(1, column.budget // (episodes * column.rollout["max_turns"])) * scale.num_iterations
     warmup = PRESETS[method].get("warmup_steps", 0.0)
-    last = get_last_checkpoint(str(run_dir)) if run_dir.is_dir() else None
+    last = last_whole_checkpoint(run_dir)
     progress = Progress(json.loads((Path(last) / PROGRESS_FILE).read_text()) if last else [])
     args = StarPOConfig(
         output_dir=str(run_dir), preset=method, seed=seed, num_generations=scale.num_generations,
@@ -461,6 +460,19 @@ TRAINING_SERIES = (
     "time/generation", "time/environment", "time/scoring", "time/loss_forward", "time/backward", "time/optimizer",
     "time/other", "time/step",
 )
+
+
+def last_whole_checkpoint(run_dir: Path) -> str | None:
+    """The newest whole checkpoint of an RL run's folder (a run killed while saving leaves one half-written), or
+    ``None``."""
+    from trl_starpo.checkpoints import IncompleteCheckpointError, last_complete_checkpoint
+
+    if not run_dir.is_dir():
+        return None
+    try:
+        return last_complete_checkpoint(run_dir)
+    except IncompleteCheckpointError:
+        return None
 
 
 def training_means(log_history: list[dict]) -> dict[str, float]:

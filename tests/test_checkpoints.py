@@ -65,12 +65,33 @@ def test_resuming_takes_the_newest_whole_checkpoint_and_says_why_it_passed_over_
         last_complete_checkpoint(tmp_path / "empty")
 
 
-def test_rotation_keeps_the_newest_whole_checkpoints_and_the_best(tmp_path):
+def test_rotation_keeps_the_last_sealed_whole_checkpoints_and_the_best_and_leaves_unsealed_folders(tmp_path):
+    import os
+
     for step in (1, 2, 3, 4):
         write_checkpoint(tmp_path, step, sealed=step != 2)
-    write_checkpoint(tmp_path, 5, sealed=False)  # newer than the newest whole one: a later write may still need it
-    rotate_complete_checkpoints(tmp_path, limit=1, keep=str(tmp_path / "checkpoint-1"))
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint-1", "checkpoint-4", "checkpoint-5"]
+    write_checkpoint(tmp_path, 5, sealed=False)
+    rotate_complete_checkpoints(tmp_path, limit=1, keep=(tmp_path / "checkpoint-1",))
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "checkpoint-1", "checkpoint-2", "checkpoint-4", "checkpoint-5"]
+    # resumed from an older checkpoint, the step just saved is the newest by time, not by number
+    for step in (300, 400, 500):
+        write_checkpoint(tmp_path / "resumed", step)
+    just_saved = write_checkpoint(tmp_path / "resumed", 350)
+    later = (just_saved / SEAL_FILE).stat().st_mtime_ns + 10**9
+    os.utime(just_saved / SEAL_FILE, ns=(later, later))
+    rotate_complete_checkpoints(tmp_path / "resumed", limit=2, keep=(just_saved,))
+    assert sorted(path.name for path in (tmp_path / "resumed").iterdir()) == ["checkpoint-350", "checkpoint-500"]
+
+
+def test_checkpoints_written_before_sealing_are_resumed_as_they_are(tmp_path, caplog):
+    for step in (2, 4):
+        folder = write_checkpoint(tmp_path, step, sealed=False)
+        (folder / "trainer_state.json").write_text("{}")
+    with caplog.at_level("WARNING", logger="trl_starpo.checkpoints"):
+        assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+        assert resolve_resume(str(tmp_path / "checkpoint-2"), tmp_path) == str(tmp_path / "checkpoint-2")
+    assert "No checkpoint in" in caplog.text and "is not sealed" in caplog.text
 
 
 def test_training_seals_each_checkpoint_last_clears_leftovers_and_rotates_after_sealing(tmp_path, tiny_agent_dir):

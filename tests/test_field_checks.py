@@ -38,14 +38,14 @@ def test_the_checked_fields_cover_the_configs_numbers():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(learning_rate=-1.0), "learning_rate must be > 0, got -1.0."),
+        (dict(learning_rate=-1.0), "learning_rate must be >= 0, got -1.0."),
         (dict(learning_rate=float("nan")), "learning_rate must be a finite number, got nan."),
         (dict(learning_rate=float("inf")), "learning_rate must be a finite number, got inf."),
         (dict(learning_rate="abc"), "learning_rate must be a number, got 'abc'."),
         (dict(temperature=float("nan")), "temperature must be a finite number, got nan."),
         (dict(top_p=2.0), "top_p must be in (0, 1], got 2.0."),
         (dict(top_p=0.0), "top_p must be in (0, 1], got 0.0."),
-        (dict(max_steps=-5), "max_steps must be -1 (train num_train_epochs) or >= 1, got -5."),
+        (dict(max_steps=-5), "max_steps must be -1 or >= 0 (up to 0: train num_train_epochs), got -5."),
         (dict(max_steps=2.5), "max_steps must be an integer, got 2.5."),
         (dict(seed=-1), "seed must be in [0, 4294967295], got -1."),
         (dict(seed=2**70), f"seed must be in [0, 4294967295], got {2**70}."),
@@ -61,6 +61,15 @@ def test_nonsense_values_are_refused_in_one_line_naming_the_field(overrides, mes
     with pytest.raises(ValueError) as refused:
         build(**overrides)
     assert str(refused.value) == message
+
+
+def test_values_transformers_and_older_configs_accept_still_build():
+    import numpy as np
+
+    for overrides in (dict(save_total_limit=0), dict(max_steps=0), dict(learning_rate=0.0), dict(top_k=None),
+                      dict(logging_steps=0, logging_strategy="no"), dict(seed=np.int64(3)),
+                      dict(learning_rate=np.float32(1e-4)), dict(num_train_epochs=0, max_steps=5)):
+        build(**overrides)
 
 
 def test_a_preset_filled_field_is_checked_after_the_preset_and_answer_only_presets_still_build():

@@ -365,3 +365,12 @@ def test_a_dry_run_writes_what_the_push_would_send_and_sends_nothing(monkeypatch
     assert listing["README.md"] == len(card.encode()) and "user/counter-agent-trajectories" in card
     assert json.loads((model / "starpo_agent.json").read_text())["trajectories_repo"] == "user/counter-agent-trajectories"
     assert (data / "README.md").is_file() and set(json.loads((data / "files.json").read_text())) >= {"README.md"}
+
+
+def test_a_cards_eval_command_plays_the_split_and_temperature_its_results_report():
+    from trl_starpo.hub.cards import AgentRecord, model_card
+
+    record = AgentRecord(environments=["alfworld"], validation={
+        "split": "valid_unseen", "episodes": 8, "temperature": 0.0, "before": {"success": 0.25}})
+    card = model_card(record, repo_id="me/agent")
+    assert "trl-starpo eval --env alfworld --model me/agent --split valid_unseen --episodes 64 --temperature 0" in card

@@ -454,16 +454,16 @@ def test_the_budget_stop_waits_for_a_batch_cut_short_by_kl_early_stopping(learni
 @pytest.mark.parametrize(("chosen", "expected"), [(None, "multiplicative"), ("sign_aware", "sign_aware")])
 def test_the_chosen_thinking_scale_rule_is_the_one_the_trainer_applies(learning, counter_env, tiny_model_dir,
                                                                       tmp_path, monkeypatch, chosen, expected):
-    import trl_starpo.trainer
+    import trl_starpo.algorithms.critics
 
     applied = []
-    real = trl_starpo.trainer.scale_by_thinking
+    real = trl_starpo.algorithms.critics.scale_by_thinking
 
     def spy(advantages, scales, rule):
         applied.append(rule)
         return real(advantages, scales, rule)
 
-    monkeypatch.setattr(trl_starpo.trainer, "scale_by_thinking", spy)
+    monkeypatch.setattr(trl_starpo.algorithms.critics, "scale_by_thinking", spy)
     record, _ = budgeted_run(learning, counter_env, "starpo-s", 1, tiny_model_dir, tmp_path, monkeypatch,
                              thinking_scale_rule=chosen)
     assert applied and set(applied) == {expected}  # the preset's rule, or the one chosen over it

@@ -77,11 +77,23 @@ def checkpoint_folders(output_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def _seals_its_checkpoints(output_dir: str | Path) -> bool:
+    """Whether the run that wrote ``output_dir`` seals its checkpoints (one of them is sealed). Checkpoints of an
+    earlier trl_starpo, or of a tool that does not seal, have no seal at all and are taken as they are."""
+    return any((folder / SEAL_FILE).is_file() for _, folder in checkpoint_folders(output_dir))
+
+
 def last_complete_checkpoint(output_dir: str | Path) -> str:
     """The newest whole checkpoint in ``output_dir``; logs each newer one passed over, and why. Raises
-    ``IncompleteCheckpointError`` when there is none."""
+    ``IncompleteCheckpointError`` when there is none. In a folder where no checkpoint is sealed (written before
+    checkpoints were sealed), the newest ``checkpoint-*`` folder, with a warning."""
+    folders = checkpoint_folders(output_dir)
+    if folders and not _seals_its_checkpoints(output_dir):
+        logger.warning("No checkpoint in %s is sealed (%s): resuming from the newest, %s, as it is.", output_dir,
+                       SEAL_FILE, folders[-1][1])
+        return str(folders[-1][1])
     passed_over = []
-    for _, folder in reversed(checkpoint_folders(output_dir)):
+    for _, folder in reversed(folders):
         problem = checkpoint_problem(folder)
         if problem is None:
             for reason in passed_over:
@@ -101,6 +113,10 @@ def resolve_resume(value, output_dir: str | Path) -> str | None:
     if value is True or str(value).lower() in ("true", "last"):
         return last_complete_checkpoint(output_dir)
     problem = checkpoint_problem(value)
+    if problem and not (Path(value, SEAL_FILE).exists() or _seals_its_checkpoints(Path(value).parent)):
+        if Path(value, "trainer_state.json").is_file():  # an unsealed run's checkpoint: nothing to check it against
+            logger.warning("%s is not sealed (%s): resuming from it as it is.", value, SEAL_FILE)
+            return str(value)
     if problem:
         raise IncompleteCheckpointError(f"cannot resume from {value}: {problem}.")
     return str(value)
@@ -113,19 +129,19 @@ def clear_checkpoint_folder(folder: str | Path) -> None:
         shutil.rmtree(folder)
 
 
-def rotate_complete_checkpoints(output_dir: str | Path, limit: int | None, keep: str | None = None) -> None:
-    """Remove the oldest whole checkpoints beyond ``limit`` (never ``keep``, the best one) and the unfinished ones
-    older than the newest whole one."""
-    folders = checkpoint_folders(output_dir)
-    complete = [(step, folder) for step, folder in folders if checkpoint_problem(folder) is None]
-    if not complete:
+def rotate_complete_checkpoints(output_dir: str | Path, limit: int | None, keep: tuple[str | Path | None, ...] = ()
+                                ) -> None:
+    """Remove the whole checkpoints sealed longest ago beyond ``limit`` (``None`` or 0: none), never one of ``keep``
+    (the one just sealed, the best one). Unsealed folders are left alone: a killed write's is replaced when its step
+    is saved again, and an unsealed run's are not this run's to remove."""
+    if not limit or limit < 1:
         return
-    newest_step = complete[-1][0]
-    doomed = [folder for step, folder in folders if step < newest_step and (step, folder) not in complete]
-    if limit:
-        doomed += [folder for _, folder in complete[:-limit] if keep is None or Path(keep).resolve() != folder.resolve()]
-    for folder in doomed:
-        shutil.rmtree(folder, ignore_errors=True)
+    complete = [folder for _, folder in checkpoint_folders(output_dir) if checkpoint_problem(folder) is None]
+    complete.sort(key=lambda folder: (folder / SEAL_FILE).stat().st_mtime_ns)  # by when written, as transformers
+    kept = {Path(folder).resolve() for folder in keep if folder}
+    for folder in complete[:-limit]:
+        if folder.resolve() not in kept:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class CheckpointSeal(TrainerCallback):
@@ -137,7 +153,10 @@ class CheckpointSeal(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.trainer.accelerator.wait_for_everyone()  # every rank's rollout state is written
-        if state.is_world_process_zero:
-            seal_checkpoint(Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
-            rotate_complete_checkpoints(args.output_dir, args.save_total_limit, state.best_model_checkpoint)
+        # the folder the trainer just wrote (a hyperparameter-search trial writes under output_dir/run-<id>)
+        folder = Path(getattr(self.trainer, "last_checkpoint_folder", None)
+                      or Path(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"))
+        if state.is_world_process_zero and folder.is_dir():
+            seal_checkpoint(folder)
+            rotate_complete_checkpoints(folder.parent, args.save_total_limit, keep=(folder, state.best_model_checkpoint))
         self.trainer.accelerator.wait_for_everyone()

@@ -126,6 +126,7 @@ def _load_split(environment: str, split: str, source: str | None):
 
 def _eval(args: argparse.Namespace) -> int:
     from .evaluation import POLICIES, evaluate, make_policy
+    from .json_files import json_text
 
     environments = [name for value in args.env for name in value.split(",") if name]
     for name in environments:
@@ -180,7 +181,7 @@ def _eval(args: argparse.Namespace) -> int:
             if args.save_trajectories:
                 _save_eval_trajectories(result, Path(args.save_trajectories))
     rows = [result.to_dict() for result in results]
-    print(json.dumps(rows if len(rows) > 1 else rows[0], indent=2) if args.json else format_table(rows))
+    print(json_text(rows if len(rows) > 1 else rows[0], indent=2) if args.json else format_table(rows))
     return _report_environment_errors(results)
 
 
@@ -335,6 +336,8 @@ def _check_inputs_before_training(environment: str, recipe, config, model_args) 
 def _push(args: argparse.Namespace) -> int:
     from .hub import push_agent
 
+    if args.dry_run:
+        _check_writable_folder(Path(args.dry_run), "--dry-run")
     try:
         urls = push_agent(
             args.checkpoint,

@@ -8,6 +8,7 @@ refused with one line naming the field and what it takes, before any model is lo
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import fields
 from typing import Any, Callable
 
@@ -29,7 +30,6 @@ def _interval(low: float, high: float, *, low_open: bool = False, high_open: boo
 
 _POSITIVE = ("> 0", lambda value: value > 0)
 _NON_NEGATIVE = (">= 0", lambda value: value >= 0)
-_AT_LEAST_ONE = (">= 1", lambda value: value >= 1)
 _PROBABILITY = (_interval(0, 1), _between(0, 1))
 _NUCLEUS = (_interval(0, 1, low_open=True), _between(0, 1, low_open=True))
 _ADAM_BETA = (_interval(0, 1, high_open=True), _between(0, 1, high_open=True))
@@ -38,19 +38,19 @@ _SEED = (f"in [0, {_SEED_LIMIT}]", _between(0, _SEED_LIMIT))
 # Ranges of fields that no other check covers (StarPOConfig's own fields are also checked where they are used, with
 # messages that say more). ``None`` stays allowed wherever the field's type allows it.
 RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "learning_rate": _POSITIVE,
+    "learning_rate": _NON_NEGATIVE,  # 0 is a sanity run that trains nothing (and is then told so)
     "weight_decay": _NON_NEGATIVE,
     "adam_beta1": _ADAM_BETA,
     "adam_beta2": _ADAM_BETA,
     "adam_epsilon": _POSITIVE,
     "max_grad_norm": _NON_NEGATIVE,
-    "num_train_epochs": _POSITIVE,
-    "max_steps": ("-1 (train num_train_epochs) or >= 1", lambda value: value == -1 or value >= 1),
+    "num_train_epochs": _NON_NEGATIVE,
+    "max_steps": ("-1 or >= 0 (up to 0: train num_train_epochs)", lambda value: value >= -1),
     "warmup_steps": _NON_NEGATIVE,
-    "logging_steps": _POSITIVE,
-    "save_steps": _POSITIVE,
-    "eval_steps": _POSITIVE,
-    "save_total_limit": _AT_LEAST_ONE,
+    "logging_steps": _NON_NEGATIVE,  # transformers asks for > 0 itself where the strategy is "steps"
+    "save_steps": _NON_NEGATIVE,
+    "eval_steps": _NON_NEGATIVE,
+    "save_total_limit": _NON_NEGATIVE,  # 0 or None: no checkpoint is deleted
     "seed": _SEED,
     "data_seed": _SEED,
     "top_p": _NUCLEUS,
@@ -65,6 +65,8 @@ RANGES: dict[str, tuple[str, Callable[[Any], bool]]] = {
 }
 
 _KINDS = {"bool": bool, "int": int, "float": float}
+# Fields whose declared type says int, but which configs written for older TRL versions set to None
+_NONE_ALLOWED = frozenset({"top_k"})
 
 
 def declared_kind(annotation: Any) -> tuple[type | None, bool]:
@@ -91,13 +93,13 @@ def declared_annotations(cls: type) -> dict[str, Any]:
 
 def _type_error(name: str, kind: type, optional: bool, value: Any) -> str | None:
     if value is None:
-        return None if optional else f"{name} must be {_describe(kind)}, got None."
+        return None if optional or name in _NONE_ALLOWED else f"{name} must be {_describe(kind)}, got None."
     if kind is bool:
         ok = isinstance(value, bool)
-    elif kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is int:  # numbers.Integral takes numpy's integers too (a sweep built with np.arange)
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
     else:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not ok:
         return f"{name} must be {_describe(kind)}{' or None' if optional else ''}, got {value!r}."
     if kind is float and not math.isfinite(value):

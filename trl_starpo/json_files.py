@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -16,3 +17,19 @@ def read_json_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path} is damaged: it holds a {type(data).__name__}, not a mapping.")
     return data
+
+
+def json_text(data: Any, **kwargs: Any) -> str:
+    """``json.dumps(data)`` that stays valid JSON: a NaN or infinite float (a statistic nothing measured, such as the
+    validity of actions when none was sent) is written as ``null``."""
+
+    def plain(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
+        return value
+
+    return json.dumps(plain(data), allow_nan=False, **kwargs)

@@ -47,7 +47,12 @@ class NonFiniteGuard(TrainerCallback):
         self.skipped_steps: list[int] = []
         self.steps = 0  # optimizer steps this process has seen
         self.steps_with_gradient = 0  # of which carried a finite, nonzero gradient
+        self.resumed = False
         self._finite_losses = torch.tensor(True)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.steps = self.steps_with_gradient = 0  # per train() call (a hyperparameter search makes several)
+        self.resumed = state.global_step > 0
 
     def observe_loss(self, loss: torch.Tensor) -> None:
         self._finite_losses = self._finite_losses.to(loss.device) & torch.isfinite(loss.detach()).all()
@@ -76,8 +81,9 @@ class NonFiniteGuard(TrainerCallback):
                            "skipped and training goes on.")
 
     def nothing_trained_reason(self) -> str | None:
-        """Why the optimizer steps this process ran changed nothing, or ``None`` when one did (or none ran)."""
-        if not self.steps or self.steps_with_gradient:
+        """Why the optimizer steps this process ran changed nothing, or ``None`` when one did, when none ran, or when
+        the run was resumed (its model was trained before: a converged policy may well have nothing left to learn)."""
+        if not self.steps or self.steps_with_gradient or self.resumed:
             return None
         if len(self.skipped_steps) == self.steps:
             return (f"all {self.steps} optimizer steps were skipped because the loss or the gradients were not finite "

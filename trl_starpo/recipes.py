@@ -24,6 +24,7 @@ from .checkpoints import resolve_resume
 from .config import StarPOConfig
 from .envs import load_tasks
 from .field_checks import check_field_values
+from .json_files import json_text
 from .hub.push import public_model_name, write_agent_files
 from .models import DEFAULT_MODEL, merged_warm_start, resolve_model_path, save_adapter
 from .nonfinite import NothingTrainedError
@@ -237,7 +238,7 @@ def train(environment: str, recipe: RecipeArguments, args: StarPOConfig, model_a
     results = {**by_split[primary], "splits": by_split} if recipe.eval_episodes and primary else {}
 
     if trainer.accelerator.is_main_process:
-        Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
+        Path(args.output_dir, "validation_results.json").write_text(json_text(results, indent=2))
         write_agent_files(trainer)  # the learning curves again, now with the validation lines
         print(validation_table(results.get("splits", {}), warm_start=bool(recipe.warm_start),
                                method=args.preset or "StarPO"))
@@ -352,7 +353,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
             record.validation = {"split": recipe.eval_splits[0], "episodes": recipe.eval_episodes,
                                  "temperature": temperature, "after": results[recipe.eval_splits[0]]}
         record.save(args.output_dir)
-        Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
+        Path(args.output_dir, "validation_results.json").write_text(json_text(results, indent=2))
     trainer.accelerator.wait_for_everyone()
     return results
 
@@ -440,5 +441,5 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         record.validation = {"split": primary, "episodes": recipe.eval_episodes,
                              "temperature": recipe.validation_temperature(args.temperature), **results[primary]}
     record.save(args.output_dir)
-    Path(args.output_dir, "validation_results.json").write_text(json.dumps(results, indent=2))
+    Path(args.output_dir, "validation_results.json").write_text(json_text(results, indent=2))
     return results

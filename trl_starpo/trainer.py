@@ -21,6 +21,7 @@ from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import pad, use_adapter
 
@@ -51,7 +52,7 @@ from .rollout.collector import RolloutCollector
 from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
-from .rollout.metrics import STAT_NAMES, mean_stats, trajectory_stats
+from .rollout.metrics import PER_ACTION, STAT_NAMES, mean_stats, trajectory_stats
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
 
@@ -629,6 +630,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         # Whole or ignored (trl_starpo/checkpoints.py): a folder an interrupted run left at this step goes first, and
         # older checkpoints are rotated out only once this one is sealed.
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        self.last_checkpoint_folder = folder  # what the seal marks whole
         if self.accelerator.is_main_process:
             clear_checkpoint_folder(folder)
         self.accelerator.wait_for_everyone()
@@ -637,15 +639,18 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             super()._save_checkpoint(model, trial)
         finally:
             self.args.save_total_limit = limit
-        if self.accelerator.is_main_process and self._critics():
-            save_critics(self._critics(), folder)
+        if self.accelerator.is_main_process:
+            if os.path.isfile(os.path.join(folder, TRAINING_ARGS_NAME)):  # written while the limit was lifted
+                torch.save(self.args, os.path.join(folder, TRAINING_ARGS_NAME))
+            if self._critics():
+                save_critics(self._critics(), folder)
 
     def add_callback(self, callback):
         """``Trainer.add_callback``, keeping the checkpoint seal last: it marks a checkpoint whole once every other
         callback has written its part."""
         super().add_callback(callback)
         seal = getattr(self, "checkpoint_seal", None)
-        if seal is not None and callback is not seal:
+        if seal is not None and callback is not seal and seal in self.callback_handler.callbacks:
             self.callback_handler.remove_callback(seal)
             self.callback_handler.add_callback(seal)
 
@@ -670,7 +675,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         device = self.accelerator.device
         stats = torch.tensor([trajectory_stats(t) for t in trajectories], dtype=torch.float32, device=device)
         all_stats = self.accelerator.gather(stats)
-        for name, column in zip(STAT_NAMES, all_stats.nanmean(dim=0).tolist()):  # NaN: no action sent
+        means = [(all_stats[:, i].nanmean() if name in PER_ACTION else all_stats[:, i].mean()).item()
+                 for i, name in enumerate(STAT_NAMES)]  # a trajectory that sent no action has no validity
+        for name, column in zip(STAT_NAMES, means):
             self._metrics[mode][f"rollout/{name}"].append(column)
         group_std = all_returns.view(-1, group_size).std(dim=1) if group_size > 1 else torch.zeros(1)
         self._metrics[mode]["reward"].append(all_returns.mean().item())

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..statistics import success_interval
+from ..json_files import json_text
 from ..rollout.settings import AGENT_FILE, RolloutSettings, parse_agent_info
 
 PLOT_FILE = "learning_curves.png"
@@ -119,7 +120,7 @@ class AgentRecord:
         """Write ``starpo_agent.json`` into ``folder``."""
         path = Path(folder) / AGENT_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(dataclasses.asdict(self), indent=2, default=str) + "\n", encoding="utf-8")
+        path.write_text(json_text(dataclasses.asdict(self), indent=2, default=str) + "\n", encoding="utf-8")
         return path
 
     @classmethod
@@ -296,7 +297,15 @@ def model_card(
         datasets=[trajectories] if trajectories else None,
     )
     environment, repo = _shell_word(environments[0]), _shell_word(repo_id)
-    split = validation_split(environments[0])
+    validation = record.validation if isinstance(record.validation, dict) else {}
+    # the eval command plays what the results table reports: its split, at its temperature
+    split = validation.get("split")
+    if not (isinstance(split, str) and re.fullmatch(r"[\w.-]+", split)):  # a record may come from anywhere
+        split = validation_split(environments[0])
+    temperature = validation.get("temperature")
+    sampling = (f" --temperature {float(temperature):g}"
+                if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature != 1
+                else "")
     settings = {**record.training, **record.rollout}
     card = ModelCard.from_template(
         card_data,
@@ -313,7 +322,8 @@ def model_card(
         install_command=install_command(list(dict.fromkeys(environments))),
         play_snippet=play_snippet(repo_id, environments[0], split).rstrip(),
         play_command=f"trl-starpo play --env {environment} --model {repo}",
-        eval_command=f"trl-starpo eval --env {environment} --model {repo} --split {_shell_word(split)} --episodes 64",
+        eval_command=f"trl-starpo eval --env {environment} --model {repo} --split {_shell_word(split)} --episodes 64"
+                     f"{sampling}",
         version=markdown_text(record.trl_starpo_version or __version__),
         preset=markdown_code(record.preset or "none (StarPOConfig defaults)"),
         global_step=_fmt(record.global_step),

@@ -21,6 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..checkpoints import SEAL_FILE
+from ..json_files import json_text
 from .cards import PLOT_FILE, AgentRecord, dataset_card, model_card, tasks_card
 from ..rollout.settings import AGENT_FILE
 
@@ -32,6 +34,7 @@ TRAJECTORY_FOLDER = "trajectories"
 AGENT_IGNORE_PATTERNS = [
     "_*",
     "checkpoint-*",
+    SEAL_FILE,  # a checkpoint's own bookkeeping
     f"{TRAJECTORY_FOLDER}/*",
     "runs/*",
     "optimizer.*",
@@ -299,7 +302,7 @@ def agent_files(folder: str | Path, *, repo_id: str, record: AgentRecord | None 
             png = plot_learning_curves(history, Path(scratch) / PLOT_FILE, title=folder.name,
                                        validation=record.validation)
             files[PLOT_FILE] = png.read_bytes()
-    files[AGENT_FILE] = (json.dumps(dataclasses.asdict(record), indent=2, default=str) + "\n").encode("utf-8")
+    files[AGENT_FILE] = (json_text(dataclasses.asdict(record), indent=2, default=str) + "\n").encode("utf-8")
     card = model_card(record, repo_id=repo_id, plot_file=PLOT_FILE if PLOT_FILE in files else None)
     files["README.md"] = card.encode("utf-8")
     return files

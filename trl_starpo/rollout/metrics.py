@@ -57,11 +57,15 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
     ]
 
 
+PER_ACTION = ("action_validity", "action_effectiveness")
+"""Fractions of the actions sent: undefined (NaN) for a trajectory that sent none, left out of averages."""
+
+
 def mean_stats(rows: list[list[float]]) -> dict[str, float]:
-    """Each statistic of ``STAT_NAMES`` averaged over the trajectories' ``rows`` (``trajectory_stats``), leaving out
-    the NaNs of trajectories that sent no action (NaN when none has a value)."""
+    """Each statistic of ``STAT_NAMES`` averaged over the trajectories' ``rows`` (``trajectory_stats``); the
+    ``PER_ACTION`` ones over the trajectories that sent an action (NaN when none did)."""
     means = {}
     for name, column in zip(STAT_NAMES, zip(*rows)):
-        known = [value for value in column if not math.isnan(value)]
+        known = [value for value in column if not (name in PER_ACTION and math.isnan(value))]
         means[name] = sum(known) / len(known) if known else math.nan
     return means
