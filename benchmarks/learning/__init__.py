@@ -27,7 +27,8 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     budget allows (all episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x
     ``num_generations`` episodes under the same turn budget.
     Success: on held-out tasks (ALFWorld's ``valid_unseen``, the ``test`` split elsewhere), the first
-    ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run;
+    ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run (ALFWorld's decoded greedily,
+    ``Column.eval_temperature``, chosen on ``valid_seen``);
     every seed plays the same tasks, so a row's 95% interval is a bootstrap over tasks
     (``trl_starpo.statistics.task_bootstrap_interval``) and a lift a paired bootstrap of the difference over tasks
     (``paired_task_bootstrap``); records made before they kept per-task outcomes get per-episode Wilson intervals,

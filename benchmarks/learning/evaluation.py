@@ -35,9 +35,14 @@ def tasks_digest(rows: list[dict]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
+def eval_temperature(column: Column, scale: Scale) -> float:
+    return scale.temperature if column.eval_temperature is None else column.eval_temperature
+
+
 def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, seed: int) -> dict:
     """Success of ``model`` (the random agent when None) on the first ``eval_episodes`` held-out tasks, one episode
-    each, in the precision the column's runs train in (bf16 autocast with ``scale.bf16``), whichever row it is."""
+    each, in the precision the column's runs train in (bf16 autocast with ``scale.bf16``), whichever row it is, at
+    the column's evaluation temperature (its training temperature unless the column names one)."""
     from trl_starpo.evaluation import ModelPolicy, RandomPolicy, evaluate
 
     if model is None:
@@ -45,7 +50,8 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
     else:
         # a model fresh from training runs under its trainer's autocast and one loaded from disk does not: the policy's
         # own keeps every row of a column in one precision
-        policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=scale.temperature, seed=seed,
+        policy = ModelPolicy(model, tokenizer, rollout_settings(column), temperature=eval_temperature(column, scale),
+                             seed=seed,
                              bf16=bool(scale.bf16))
     tasks = held_out_tasks(environment, column, scale)
     result = evaluate(policy, environment, tasks, environment_kwargs=column.environment_kwargs)
@@ -55,6 +61,7 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
             "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"],
             "precision": BF16_AUTOCAST if scale.bf16 else FP32,
+            "temperature": None if model is None else eval_temperature(column, scale),
             "outcomes": outcomes, "tasks_sha256": tasks_digest(tasks)}
 
 
