@@ -13,7 +13,7 @@ from .algorithms.critics import THINKING_SCALE_RULES
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS
 from .algorithms.filtering import FILTERS
 from .field_checks import check_field_values
-from .rollout.settings import RolloutSettings
+from .rollout.settings import CONTEXT_POLICY_HELP, HISTORY_THINKING_HELP, HISTORY_TURNS_HELP, RolloutSettings
 from .presets import PRESETS
 from .store import DEFAULT_CAPACITY
 
@@ -229,7 +229,10 @@ class StarPOConfig(GRPOConfig):
     max_tokens_per_turn: int = field(default=128, metadata={"help": "New tokens the model may generate per turn."})
     max_context_length: int = field(
         default=2048,
-        metadata={"help": "Tokens per trajectory, prompt included; a trajectory that reaches it is truncated."},
+        metadata={
+            "help": "Tokens per trajectory, prompt included (under context_policy='window', per turn: its context and "
+            "response); a trajectory that reaches it is truncated."
+        },
     )
     enable_thinking: bool = field(
         default=True, metadata={"help": "Ask for <think>…</think> before <answer>…</answer>."}
@@ -241,6 +244,9 @@ class StarPOConfig(GRPOConfig):
             "rarely open the format on their own."
         },
     )
+    context_policy: str = field(default="full", metadata={"help": CONTEXT_POLICY_HELP})
+    history_turns: int = field(default=2, metadata={"help": HISTORY_TURNS_HELP})
+    history_thinking: bool = field(default=False, metadata={"help": HISTORY_THINKING_HELP})
     format_penalty: float = field(
         default=-0.1, metadata={"help": "Reward added to a turn whose response is malformed (should be <= 0)."}
     )
@@ -388,6 +394,12 @@ class StarPOConfig(GRPOConfig):
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
             raise ValueError(
                 f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
+            )
+        if self.value_model is not None and self.context_policy == "window":
+            raise ValueError(
+                "value_model (a critic with its own backbone) reads whole trajectories, but context_policy='window' "
+                "trains each turn from its own context: drop value_model (the value critic then reads the policy's "
+                "hidden states of each turn) or use context_policy='full'."
             )
         if self.value_model is not None and self.advantage_estimator not in CRITIC_ESTIMATORS:
             raise ValueError(

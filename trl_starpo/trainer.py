@@ -56,6 +56,7 @@ from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import PER_ACTION, STAT_NAMES, mean_stats, trajectory_stats
+from .samples import padded_count, per_row, per_sample, sample_tensors, states_in_trajectory_layout, turn_samples
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
 
@@ -353,11 +354,15 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         """Turn this process's trajectories into GRPO's loss inputs: token advantages, masks, old / ref log-probs.
 
         Returns are gathered from all processes (``offset`` is this process's first global row) for the group
-        statistics and the trajectory filter; the critics are applied and, in training, updated here.
+        statistics and the trajectory filter; the critics are applied and, in training, updated here. Under
+        ``context_policy="window"`` the loss inputs are one row per turn (``trl_starpo.samples``), while returns,
+        advantages and critics keep working on the trajectories' own layout.
         """
         device = self.accelerator.device
         batch = self._trajectory_tensors(trajectories, device)
         segments = batch.pop("segments")
+        samples = turn_samples(trajectories) if self.args.context_policy == "window" else None
+        scored = batch if samples is None else self._turn_sample_tensors(samples, mode, device)
         returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float32, device=device)
         all_returns = self.accelerator.gather(returns)
         local = slice(offset, offset + len(trajectories))
@@ -379,8 +384,10 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         needs_features = self.thinking_critic is not None or (
             self.value_critic is not None and self.value_critic.backbone is None
         )
-        logps, hidden = self._scoring_forwards(batch, mode, critic_features=needs_features)
-        output = {**batch, **logps}
+        logps, hidden = self._scoring_forwards(scored, mode, critic_features=needs_features)
+        if samples is not None and hidden is not None:
+            hidden = states_in_trajectory_layout(hidden, samples, len(trajectories), batch["completion_ids"].size(1) + 1)
+        output = {**scored, **logps}
         all_advantages = group_relative_advantages(all_returns, group_size, scale=self.scale_rewards)
         estimator_batch = AdvantageBatch(
             trajectories, model_mask, all_returns, offset, group_size, keep=local_keep,
@@ -407,14 +414,20 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         # Filtered-out trajectories keep their rows (equal shapes on every process) but train nothing; a weight
         # between 0 and 1 scales a kept trajectory's advantages.
         advantages = advantages * local_weights.unsqueeze(1)
-        output["tool_mask"] = batch["tool_mask"] * local_keep.unsqueeze(1)
-        loss_mask = batch["completion_mask"] * output["tool_mask"]
+        row_keep, row_count = local_keep, weights.numel()
+        if samples is not None:  # each turn's row takes its trajectory's advantages, weight and filter verdict
+            rows, width = scored["completion_ids"].shape
+            advantages = per_sample(advantages, samples, rows, width)
+            row_keep = per_row(local_keep, samples, rows)
+            row_count = self.accelerator.gather(torch.tensor([rows], device=device)).sum()
+        output["tool_mask"] = scored["tool_mask"] * row_keep.unsqueeze(1)
+        loss_mask = scored["completion_mask"] * output["tool_mask"]
         output["advantages"] = advantages
         output["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         # TRL's `grpo` and `dr_grpo` losses average over every row of a micro-batch, dropped ones included; this
         # factor (all rows / kept rows) gives the kept rows the update they would get alone.
-        num_kept = (weights > 0).sum().clamp(min=1)
-        output["kept_rows_scale"] = (weights.numel() / num_kept).to(torch.float32)
+        num_kept = self.accelerator.gather(row_keep.sum().reshape(1)).sum().clamp(min=1)
+        output["kept_rows_scale"] = (row_count / num_kept).to(torch.float32)
 
         self._metrics[mode]["filter/kept_fraction"].append((weights > 0).float().mean().item())
         self._metrics[mode]["filter/mean_weight"].append(weights.mean().item())
@@ -494,6 +507,16 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             ),
         }
         tensors["tool_mask"] = torch.isin(tensors["segments"], model_token).long()
+        return {key: value.to(device) for key, value in tensors.items()}
+
+    def _turn_sample_tensors(self, samples, mode: str, device) -> dict[str, torch.Tensor]:
+        """The turns' loss rows, as many on every process (padding rows train nothing), in training a multiple of
+        the micro-batches one generation batch is split into."""
+        counts = self.accelerator.gather(torch.tensor([len(samples)], device=device)).tolist()
+        multiple = self.args.steps_per_generation if mode == "train" else 1
+        tensors = sample_tensors(samples, padded_count(len(samples), multiple, counts), self._tokenizer.pad_token_id,
+                                 self.pad_to_multiple_of)
+        tensors.pop("segments")
         return {key: value.to(device) for key, value in tensors.items()}
 
     def _scoring_forwards(

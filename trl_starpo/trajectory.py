@@ -45,6 +45,8 @@ class Turn:
     next_state_key: str | None = None  # info["state_key"] of the turn's last step: the state it led to, if keyed
     penalty: float = 0.0  # the format and invalid-action penalties, part of ``reward``
     action_rewards: list[float] = field(default_factory=list)  # the environment's reward for each action stepped
+    context_ids: list[int] | None = None  # the tokens the turn was generated from, where they are not the
+    # trajectory's own prefix (the ``window`` context policy): the turn's own training sample is these + its response
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .env_calls import (
     run_side_by_side,
     step_environment,
 )
+from .context import CONTEXT_POLICIES, EARLIER_TURNS_NOTE, HistoryWindow
 from .generation import GenerationBackend
 from .parsing import (
     ANSWER_CLOSE,
@@ -34,6 +35,7 @@ from .parsing import (
     format_instructions,
     parse_response,
     response_shape,
+    thinking_end,
 )
 from .settings import RolloutSettings
 
@@ -135,7 +137,8 @@ class RolloutCollector:
         max_actions_per_turn: Actions one answer may hold (separated by ``action_separator``); extras are dropped.
         max_actions_per_trajectory: Actions sent to the environment per episode (``"action_budget"``).
         max_tokens_per_turn: New tokens per response.
-        max_context_length: Tokens per trajectory, prompt included (``"context"``).
+        max_context_length: Tokens per trajectory, prompt included (``"context"``); under ``window``, tokens of
+            one turn's context and response.
         format_penalty: Added to a turn's reward when its response is malformed.
         invalid_action_penalty: Added (once) to a turn's reward when the environment reports an action of it invalid
             (``info["action_is_valid"]`` False); ``None`` means ``format_penalty``, as in RAGEN, so that a
@@ -147,6 +150,11 @@ class RolloutCollector:
             ``"env_timeout"`` (``None``: no limit). Its environment must then not be reused (see
             ``EnvironmentPool``). With a timeout, a turn's steps run in the batch's environments side by side, so
             they must not share mutable state across instances.
+        context_policy: ``"full"``: every turn sees the whole episode so far; ``"window"``: the system prompt, the
+            task and the last ``history_turns`` turns (``trl_starpo.rollout.context``), each turn recording the
+            tokens it was given in ``Turn.context_ids``.
+        history_turns: Turns a ``window`` context keeps (the last of them ends with the current observation).
+        history_thinking: Keep earlier turns' thinking in a ``window`` context (else only their answers).
     """
 
     def __init__(
@@ -164,8 +172,13 @@ class RolloutCollector:
         action_separator: str = "||",
         prefill_opening_tag: bool = True,
         env_timeout: float | None = None,
+        context_policy: str = "full",
+        history_turns: int = 2,
+        history_thinking: bool = False,
     ):
         check_env_timeout(env_timeout)
+        if context_policy not in CONTEXT_POLICIES:
+            raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}, got {context_policy!r}.")
         self.tokenizer = tokenizer
         self.enable_thinking = enable_thinking
         self.max_turns = max_turns
@@ -177,6 +190,9 @@ class RolloutCollector:
         self.invalid_action_penalty = format_penalty if invalid_action_penalty is None else invalid_action_penalty
         self.action_separator = action_separator
         self.env_timeout = env_timeout
+        self.windowed = context_policy == "window"
+        self.history_turns = history_turns
+        self.history_thinking = history_thinking
         self.glue = ChatGlue.from_tokenizer(tokenizer)
         self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
         self.response_prefix_ids = tokenizer(self.response_prefix, add_special_tokens=False)["input_ids"]
@@ -204,12 +220,13 @@ class RolloutCollector:
         groups = list(groups) if groups is not None else list(range(len(tasks)))
         generator.reset()
         self.last_timing = timing = {"generation": 0.0, "environment": 0.0}
-        trajectories, last_observation, actions_used = [], [], [0] * len(tasks)
+        trajectories, last_observation, windows, actions_used = [], [], [], [0] * len(tasks)
         start = time.perf_counter()
         for env, task, group in zip(environments, tasks, groups, strict=True):
-            trajectory, observation = self._start(env, task, group)
+            trajectory, observation, window = self._start(env, task, group)
             trajectories.append(trajectory)
             last_observation.append(observation)
+            windows.append(window)
         timing["environment"] += time.perf_counter() - start
 
         for _ in range(self.max_turns):
@@ -217,11 +234,12 @@ class RolloutCollector:
             for i, trajectory in enumerate(trajectories):
                 if trajectory.done:
                     continue
-                room = self.max_context_length - len(trajectory.token_ids)
+                context = windows[i].context() if self.windowed else trajectory.token_ids
+                room = self.max_context_length - len(context)
                 if room <= 0:
                     trajectory.truncation = "context"
                     continue
-                contexts[i] = trajectory.token_ids
+                contexts[i] = context
                 budget[i] = min(self.max_tokens_per_turn, room)
             if not contexts:
                 break
@@ -230,7 +248,8 @@ class RolloutCollector:
             timing["generation"] += time.perf_counter() - start
             logprobs = getattr(generator, "last_logprobs", None) or {}
             played = {
-                i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i))
+                i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i),
+                                         contexts[i] if self.windowed else None)
                 for i, ids in responses.items()
             }
             steps = {
@@ -245,14 +264,14 @@ class RolloutCollector:
                 if not turn.format_ok:
                     observations[i] = f"Invalid response ({turn.format_error}). {self._format_hint()}\n"
                     observations[i] += _current_state(trajectories[i])
-                if self._append_observation(trajectories[i], observations[i], ended):
+                if self._append_observation(trajectories[i], observations[i], ended, windows[i]):
                     last_observation[i] = observations[i]
         for trajectory in trajectories:
             if not trajectory.done:
                 trajectory.truncation = "max_turns"
         return trajectories
 
-    def _start(self, env: Environment, task: dict[str, Any], group: int) -> tuple[Trajectory, str]:
+    def _start(self, env: Environment, task: dict[str, Any], group: int) -> tuple[Trajectory, str, HistoryWindow | None]:
         trajectory = Trajectory(task_id=str(task.get("task_id", group)), group=group)
         observation, system_prompt, action_description = "", "", ""
         try:
@@ -271,11 +290,20 @@ class RolloutCollector:
             {"role": "system", "content": f"{system_prompt}\n{instructions}".strip()},
             {"role": "user", "content": observation},
         ]
-        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        trajectory.append(self.tokenizer(prompt, add_special_tokens=False)["input_ids"], Segment.PROMPT)
+        prompt_ids = self._render(messages)
+        trajectory.append(prompt_ids, Segment.PROMPT)
         trajectory.prompt_length = len(trajectory.token_ids)
         trajectory.append(self.response_prefix_ids, Segment.TEMPLATE)
-        return trajectory, observation
+        window = None
+        if self.windowed:
+            note = EARLIER_TURNS_NOTE.format(count=self.history_turns)
+            cut = [messages[0], {"role": "user", "content": f"{observation}\n\n{note}"}]
+            window = HistoryWindow(prompt_ids, self._render(cut), self.response_prefix_ids, self.history_turns)
+        return trajectory, observation, window
+
+    def _render(self, messages: list[dict[str, str]]) -> list[int]:
+        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -319,8 +347,10 @@ class RolloutCollector:
         response_ids: list[int],
         last_observation: str,
         logprobs: list[float] | None = None,
+        context: list[int] | None = None,
     ) -> tuple[Turn, list[str], bool]:
-        """Append one response and open its turn (with the format penalty when it is malformed).
+        """Append one response and open its turn (with the format penalty when it is malformed); ``context``: the
+        tokens it was generated from, where they are not the trajectory's own (``window``).
 
         Returns the turn, the actions to step and whether the response ended with an end-of-turn token.
         """
@@ -336,6 +366,7 @@ class RolloutCollector:
             num_dropped_actions=parsed.num_dropped_actions,
             response_start=start,
             response_end=len(trajectory.token_ids),
+            context_ids=list(context) if context is not None else None,
         )
         trajectory.turns.append(turn)
         if not parsed.format_ok:
@@ -344,8 +375,11 @@ class RolloutCollector:
         ended = bool(response_ids) and response_ids[-1] in self.eos_token_ids
         return turn, parsed.actions, ended
 
-    def _append_observation(self, trajectory: Trajectory, observation: str, ended: bool) -> bool:
-        """Append the template glue and the next observation unless the episode is over; returns whether it went on."""
+    def _append_observation(
+        self, trajectory: Trajectory, observation: str, ended: bool, window: HistoryWindow | None = None
+    ) -> bool:
+        """Append the template glue and the next observation unless the episode is over (and, under ``window``,
+        the turn to the window); returns whether it went on."""
         if trajectory.done:
             return False
         if len(trajectory.turns) >= self.max_turns:
@@ -354,14 +388,32 @@ class RolloutCollector:
         glue = self.glue.open_turn if ended else self.glue.close_turn
         observation_ids = self.tokenizer(observation, add_special_tokens=False)["input_ids"]
         opening = self.glue.to_response + self.response_prefix_ids
-        chunk = len(glue) + len(observation_ids) + len(opening)
-        if len(trajectory.token_ids) + chunk >= self.max_context_length:
+        if window is not None:
+            piece = self._shown_response(trajectory, glue) + observation_ids + self.glue.to_response
+            too_long = window.next_length(piece) >= self.max_context_length
+        else:
+            chunk = len(glue) + len(observation_ids) + len(opening)
+            too_long = len(trajectory.token_ids) + chunk >= self.max_context_length
+        if too_long:
             trajectory.truncation = "context"
             return False
+        if window is not None:
+            window.add_turn(piece)
         trajectory.append(glue, Segment.TEMPLATE)
         trajectory.append(observation_ids, Segment.OBSERVATION)
         trajectory.append(opening, Segment.TEMPLATE)
         return True
+
+    def _shown_response(self, trajectory: Trajectory, glue: list[int]) -> list[int]:
+        """The last turn as later ``window`` contexts show it, with the glue that closes it: the tokens sampled
+        (after the prefilled opening tag), or without ``history_thinking`` only its answer, tokenized again."""
+        turn = trajectory.turns[-1]
+        cut = thinking_end(turn.response) if self.enable_thinking and not self.history_thinking else 0
+        if not cut:
+            sampled = trajectory.token_ids[turn.response_start : turn.response_end]
+            return self.response_prefix_ids + sampled + glue
+        answer = turn.response[cut:].strip()
+        return self.tokenizer(answer, add_special_tokens=False)["input_ids"] + self.glue.close_turn
 
     def _step_actions(
         self, trajectory: Trajectory, env: Environment, turn: Turn, actions: list[str], used: list[int], index: int

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..json_files import read_json_mapping
+from .context import CONTEXT_POLICIES
 from .env_calls import check_env_timeout
 
 AGENT_FILE = "starpo_agent.json"
@@ -34,6 +35,9 @@ class RolloutSettings:
     invalid_action_penalty: float | None = None  # None: format_penalty
     action_separator: str = "||"
     env_timeout: float | None = None
+    context_policy: str = "full"
+    history_turns: int = 2
+    history_thinking: bool = False
 
     def __post_init__(self):
         for name in ("max_turns", "max_actions_per_turn", "max_tokens_per_turn", "max_context_length"):
@@ -54,6 +58,9 @@ class RolloutSettings:
         if not isinstance(self.action_separator, str) or not self.action_separator:
             raise ValueError("action_separator must be a non-empty string, for example '||'.")
         check_env_timeout(self.env_timeout)
+        if self.context_policy not in CONTEXT_POLICIES:
+            raise ValueError(f"context_policy must be one of {CONTEXT_POLICIES}, got {self.context_policy!r}.")
+        _require_count("history_turns", self.history_turns)
 
     @classmethod
     def from_config(cls, config: Any) -> RolloutSettings:
@@ -91,6 +98,15 @@ def _require_count(name: str, value: Any, alternative: str = "") -> None:
         raise ValueError(f"{name} must be at least 1{alternative}, got {value}.")
 
 
+CONTEXT_POLICY_HELP = (
+    "What the model is given each turn: 'full', the whole episode so far (one training sample per trajectory); "
+    "'window', the system prompt, the task and the last `history_turns` turns, each turn trained as its own sample "
+    "(for long episodes: a turn's cost stays flat)."
+)
+HISTORY_TURNS_HELP = "Turns a 'window' context keeps; the last of them ends with the current observation."
+HISTORY_THINKING_HELP = "Keep earlier turns' thinking in a 'window' context (by default only their answers)."
+
+
 @dataclass
 class RolloutArguments:
     """The rollout fields of a config whose training plays or replays StarPO episodes (the SFT warm start, trajectory
@@ -111,6 +127,9 @@ class RolloutArguments:
     env_timeout: float | None = field(
         default=None, metadata={"help": "Seconds one environment reset or step may take (None: no limit)."}
     )
+    context_policy: str = field(default="full", metadata={"help": CONTEXT_POLICY_HELP})
+    history_turns: int = field(default=2, metadata={"help": HISTORY_TURNS_HELP})
+    history_thinking: bool = field(default=False, metadata={"help": HISTORY_THINKING_HELP})
 
     @property
     def rollout_settings(self) -> RolloutSettings:

@@ -1,0 +1,120 @@
+"""Step-wise training samples: under the ``window`` context policy, every turn is its own sample.
+
+A sample is exactly the context the turn was generated from (``Turn.context_ids``) followed by the tokens it
+sampled. The trajectory keeps its turns together: returns, groups, advantages, the critics and the store all work on
+the episode's own layout (``Trajectory.token_ids``, where column ``j`` of the completion is token
+``prompt_length + j``), and these helpers move per-token quantities between that layout and the samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    """One turn as a training sample.
+
+    Attributes:
+        row: The trajectory's row in the batch.
+        turn: The turn's index in its trajectory.
+        start: The turn's first completion column in the trajectory's layout.
+        prompt: The tokens the turn was generated from.
+        completion: The tokens it sampled.
+        segments: Their segment labels (thinking or action).
+    """
+
+    row: int
+    turn: int
+    start: int
+    prompt: list[int]
+    completion: list[int]
+    segments: list[int]
+
+
+def turn_samples(trajectories: list[Trajectory]) -> list[TurnSample]:
+    """One sample per turn that generated tokens, in trajectory then turn order (turns without a recorded context,
+    played under ``full``, are refused)."""
+    samples = []
+    for row, trajectory in enumerate(trajectories):
+        for index, turn in enumerate(trajectory.turns):
+            if turn.response_end <= turn.response_start:
+                continue
+            if turn.context_ids is None:
+                raise ValueError(
+                    f"Turn {index} of task {trajectory.task_id} has no recorded context: it was not played under "
+                    "context_policy='window'."
+                )
+            span = slice(turn.response_start, turn.response_end)
+            samples.append(TurnSample(row, index, turn.response_start - trajectory.prompt_length,
+                                      list(turn.context_ids), trajectory.token_ids[span], trajectory.segments[span]))
+    return samples
+
+
+def padded_count(count: int, multiple: int, counts_elsewhere: list[int] | None = None) -> int:
+    """Rows a process feeds the loss: the most samples any process has (``counts_elsewhere`` holds every
+    process's), rounded up to a multiple of ``multiple`` (GRPOTrainer splits a batch into that many equal parts)."""
+    most = max([count, *(counts_elsewhere or [])], default=count)
+    return max(multiple, -(-most // multiple) * multiple)
+
+
+def sample_tensors(samples: list[TurnSample], rows: int, pad_id: int, multiple: int | None = None) -> dict:
+    """GRPO's prompt / completion layout of ``samples``, plus ``rows - len(samples)`` padding rows (one pad token of
+    prompt and of completion, attended to so that every row's attention is well defined, with nothing to train).
+
+    ``tool_mask`` is 1 on the model's tokens of real samples; ``segments`` holds the labels (padding: template).
+    """
+    from trl.trainer.utils import pad
+
+    filler = rows - len(samples)
+    if filler < 0:
+        raise ValueError(f"{len(samples)} samples do not fit {rows} rows.")
+    prompts = [torch.tensor(s.prompt, dtype=torch.long) for s in samples] + [torch.tensor([pad_id])] * filler
+    completions = [torch.tensor(s.completion, dtype=torch.long) for s in samples] + [torch.tensor([pad_id])] * filler
+    labels = [torch.tensor(s.segments, dtype=torch.long) for s in samples]
+    labels += [torch.tensor([int(Segment.TEMPLATE)])] * filler
+    tensors = {
+        "prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple),
+        "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left",
+                           pad_to_multiple_of=multiple),
+        "completion_ids": pad(completions, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple),
+        "completion_mask": pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right",
+                               pad_to_multiple_of=multiple),
+        "segments": pad(labels, padding_value=int(Segment.TEMPLATE), padding_side="right",
+                        pad_to_multiple_of=multiple),
+    }
+    tensors["tool_mask"] = torch.isin(tensors["segments"], torch.tensor([int(s) for s in MODEL_SEGMENTS])).long()
+    return tensors
+
+
+def per_sample(values: torch.Tensor, samples: list[TurnSample], rows: int, width: int) -> torch.Tensor:
+    """``(rows, width)``: each sample's columns of the trajectories' ``(B, T)`` ``values`` (0 on padding)."""
+    out = torch.zeros(rows, width, dtype=values.dtype, device=values.device)
+    for index, sample in enumerate(samples):
+        length = len(sample.completion)
+        out[index, :length] = values[sample.row, sample.start : sample.start + length]
+    return out
+
+
+def per_row(values: torch.Tensor, samples: list[TurnSample], rows: int) -> torch.Tensor:
+    """``(rows,)``: each sample's trajectory's entry of the per-trajectory ``values`` (``False``/0 on padding)."""
+    out = torch.zeros(rows, dtype=values.dtype, device=values.device)
+    if samples:
+        out[: len(samples)] = values[torch.tensor([s.row for s in samples], device=values.device)]
+    return out
+
+
+def states_in_trajectory_layout(states: torch.Tensor, samples: list[TurnSample], num_trajectories: int,
+                                length: int) -> torch.Tensor:
+    """Hidden states of the samples ``(S, W + 1, H)`` (``[:, j]`` precedes completion token ``j``; ``[:, len]``
+    follows the last) moved to the trajectories' layout ``(B, length, H)``: a turn's states at its own columns and
+    the one after its last token at the column that follows (a template token). Other columns are 0."""
+    out = states.new_zeros(num_trajectories, length, states.size(-1))
+    for index, sample in enumerate(samples):
+        count = len(sample.completion) + 1
+        out[sample.row, sample.start : sample.start + count] = states[index, :count]
+    return out
