@@ -262,6 +262,33 @@ def test_play_prints_model_output_without_terminal_escape_sequences(monkeypatch,
     assert "final state: The counter is at 2." in out  # the model's winning move is followed by the state
 
 
+def test_play_shows_what_a_windowed_model_was_given_each_turn(monkeypatch, tiny_tokenizer):
+    import io
+
+    from conftest import CounterEnv, ScriptedGenerator
+
+    import trl_starpo.envs
+    from trl_starpo.play import Printer, play_model
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    class Scripted:
+        tokenizer = tiny_tokenizer
+
+        def play(self, environments, tasks, groups):
+            collector = RolloutCollector(tiny_tokenizer, max_actions_per_turn=1, context_policy="window",
+                                         history_turns=1)
+            responses = {0: ["up</think><answer>inc</answer>"] * 3}
+            return collector.collect(environments, tasks, ScriptedGenerator(tiny_tokenizer, responses), groups)
+
+    monkeypatch.setattr(trl_starpo.envs, "load_environment", lambda name, **kwargs: CounterEnv())
+    stream = io.StringIO()
+    play_model(Scripted(), "counter", {"task_id": "t", "start": 0, "target": 3}, printer=Printer(stream, color=False))
+    out = stream.getvalue()
+    assert out.count("the model was given (history window):") == 3
+    third = out.split("--- turn 3 ---")[1]
+    assert "Earlier turns are not shown" in third and "The counter is at 2." in third
+
+
 @pytest.fixture
 def registered(env_path):
     from starpo_testenv import register

@@ -67,3 +67,17 @@ def test_window_contexts_stay_bounded_where_full_runs_out_of_room(tiny_tokenizer
 def test_settings_refuse_a_window_that_cannot_work(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         RolloutSettings(**bad)
+
+
+def test_the_store_and_the_page_keep_what_each_turn_was_given(tiny_tokenizer, tmp_path):
+    from trl_starpo.display.html_export import trajectories_html
+    from trl_starpo.store import TrajectoryStore
+
+    trajectory, calls, _ = play(tiny_tokenizer, turns=4, history_turns=1)
+    store = TrajectoryStore()
+    store.add([trajectory], step=1)
+    (stored,) = TrajectoryStore.load(store.save(tmp_path / "store")).trajectories()
+    assert [turn.context_ids for turn in stored.turns] == calls
+    page = trajectories_html([stored], tokenizer=tiny_tokenizer)
+    assert page.count("what the model was given") == 4
+    assert "Earlier turns are not shown" in page

@@ -42,9 +42,21 @@ def test_demonstrations_are_the_collectors_episodes_with_only_responses_trained(
     collector = RolloutCollector.from_config(tiny_tokenizer, SETTINGS)
     from trl_starpo.envs import load_environment
 
-    trajectory, _ = collector._start(load_environment(counter_env), rows[1], 1)
+    trajectory, _, _ = collector._start(load_environment(counter_env), rows[1], 1)
     assert row["input_ids"][: len(trajectory.token_ids)] == trajectory.token_ids
     assert not any(row["completion_mask"][: len(trajectory.token_ids)])
+
+
+def test_windowed_demonstrations_train_each_turn_on_the_context_it_was_given(counter_env, tiny_tokenizer):
+    settings = RolloutSettings(**{**SETTINGS.__dict__, "context_policy": "window", "history_turns": 1})
+    demos = expert_demonstrations(counter_env, task_rows("train", 3), tiny_tokenizer, settings)
+    assert demos["task_id"] == ["train-0", "train-1", "train-1", "train-2", "train-2", "train-2"]
+    assert demos["turn"] == [0, 0, 1, 0, 1, 2]
+    last = demos[5]  # the third turn of the episode from 0 to 3
+    assert trained_text(tiny_tokenizer, last) == "At 2, target 3.</think><answer>inc</answer>"
+    seen = tiny_tokenizer.decode([t for t, m in zip(last["input_ids"], last["completion_mask"]) if not m])
+    assert "The counter is at 0." in seen and "The counter is at 2." in seen  # the task and the current state
+    assert "The counter is at 1." not in seen and "At 1, target 3." not in seen  # older turns and all thinking
 
 
 def test_answer_only_demonstrations(counter_env, tiny_tokenizer):

@@ -56,9 +56,12 @@ class Printer:
             body = f"{_STYLES[kind]}{body}{_RESET}"
         print(body, file=self.stream, flush=True)
 
-    def turn(self, index: int, turn: Turn) -> None:
-        """One finished turn: observation, thinking, actions and reward."""
+    def turn(self, index: int, turn: Turn, given: str | None = None) -> None:
+        """One finished turn: observation, thinking, actions and reward; ``given``: the text the model was given,
+        where it is not the whole episode so far (the ``window`` context policy)."""
         self.line("title", f"--- turn {index + 1} ---")
+        if given is not None:
+            self.line("observation", given, "the model was given (history window)")
         self.line("observation", turn.observation, "observation")
         if turn.thinking is not None:
             self.line("thinking", turn.thinking.strip(), "thinking")
@@ -92,7 +95,8 @@ def play_model(policy: ModelPolicy, environment: str, task: dict[str, Any], *,
     finally:
         env.close()
     for index, turn in enumerate(trajectory.turns):
-        printer.turn(index, turn)
+        given = policy.tokenizer.decode(turn.context_ids, skip_special_tokens=False) if turn.context_ids else None
+        printer.turn(index, turn, given)
     if env.last is not None and trajectory.terminated:
         printer.line("observation", env.last, "final state")
     printer.outcome(trajectory)

@@ -21,6 +21,7 @@ from trl import SFTConfig
 from .config import apply_cpu_defaults, carry_checkpointing_fields, parse_environment_kwargs
 from .rollout.settings import RolloutArguments, RolloutSettings
 from .rollout.parsing import ANSWER_CLOSE, ANSWER_OPEN, THINK_CLOSE, THINK_OPEN
+from .samples import turn_samples
 from .trajectory import Segment, Trajectory
 
 logger = logging.getLogger(__name__)
@@ -127,16 +128,21 @@ def environment_thinking(environment: Any, action: str) -> str:
     return environment.expert_thinking()
 
 
-def demonstration_row(trajectory: Trajectory) -> dict[str, Any]:
-    """One SFT row of an expert episode: its tokens, the mask of generated tokens, and what happened."""
+def demonstration_rows(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The SFT rows of an expert episode: its tokens, the mask of generated tokens, and what happened. One row per
+    episode; under the ``window`` context policy one per turn (the context the turn was given, then its response),
+    so that the warm start learns from the inputs its RL run will see."""
     generated = (int(Segment.THINKING), int(Segment.ACTION))
-    return {
-        "input_ids": list(trajectory.token_ids),
-        "completion_mask": [int(segment in generated) for segment in trajectory.segments],
-        "task_id": trajectory.task_id,
-        "success": trajectory.success,
-        "turns": len(trajectory.turns),
-    }
+    about = {"task_id": trajectory.task_id, "success": trajectory.success, "turns": len(trajectory.turns)}
+    if not any(turn.context_ids is not None for turn in trajectory.turns):
+        return [{"input_ids": list(trajectory.token_ids),
+                 "completion_mask": [int(segment in generated) for segment in trajectory.segments], **about}]
+    return [
+        {"input_ids": sample.prompt + sample.completion,
+         "completion_mask": [0] * len(sample.prompt) + [int(segment in generated) for segment in sample.segments],
+         **about, "turn": sample.turn}
+        for sample in turn_samples([trajectory])
+    ]
 
 
 def expert_demonstrations(
@@ -168,7 +174,8 @@ def expert_demonstrations(
             (the expert had no action) or an environment error are always left out.
 
     Returns:
-        A ``Dataset`` with columns ``input_ids``, ``completion_mask``, ``task_id``, ``success`` and ``turns``.
+        A ``Dataset`` with columns ``input_ids``, ``completion_mask``, ``task_id``, ``success`` and ``turns`` (and
+        ``turn`` under the ``window`` context policy, where every turn is a row).
     """
     from datasets import Dataset
 
@@ -204,7 +211,7 @@ def expert_demonstrations(
             for trajectory in played:
                 usable = trajectory.env_error is None and all(turn.format_ok for turn in trajectory.turns)
                 if usable and (trajectory.success or not only_successes):
-                    rows.append(demonstration_row(trajectory))
+                    rows.extend(demonstration_rows(trajectory))
                 else:
                     left_out += 1
     finally:

@@ -1,7 +1,8 @@
 """Trajectories as one self-contained HTML page, to read what an agent saw, thought and did.
 
 Trajectories are shown by task group, side by side, each with its return, its advantage and whether the trajectory
-filter kept it for the update (as the trainer recorded them), then every turn: the observation (long ones collapse),
+filter kept it for the update (as the trainer recorded them), then every turn: under the ``window`` context policy
+what the model was given (collapsed), the observation (long ones collapse),
 the thinking, the actions (those the environment rejected are marked) and the reward. Given the tokenizer, a
 trajectory also shows its prompt (the system prompt and first observation) and every token coloured by segment, the
 tokens in the loss underlined; tokens that only together make a character (a multi-byte character split by byte-level
@@ -56,7 +57,11 @@ def _reward_class(reward: float) -> str:
     return "positive" if reward > 0 else "negative" if reward < 0 else ""
 
 
-def _turn_context(turn) -> dict[str, Any]:
+def _decode(tokenizer, ids: Sequence[int]) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def _turn_context(turn, tokenizer=None) -> dict[str, Any]:
     lines = turn.observation.splitlines() or [""]
     collapsed = len(lines) > LONG_OBSERVATION_LINES or len(turn.observation) > LONG_OBSERVATION_CHARS
     invalid = len(turn.actions) - turn.num_valid_actions if turn.format_ok else 0
@@ -69,6 +74,9 @@ def _turn_context(turn) -> dict[str, Any]:
         "format_ok": turn.format_ok, "format_error": turn.format_error, "response": turn.response,
         "actions": list(turn.actions), "invalid": invalid > 0, "action_label": label,
         "reward": turn.reward, "reward_class": _reward_class(turn.reward),
+        # under the window context policy, the tokens this turn was generated from
+        "context": _decode(tokenizer, turn.context_ids) if tokenizer is not None and turn.context_ids else None,
+        "context_tokens": len(turn.context_ids or []),
     }
 
 
@@ -78,13 +86,12 @@ def _trajectory_context(trajectory: Trajectory, tokenizer) -> dict[str, Any]:
         "episode_return": trajectory.episode_return, "return_class": _reward_class(trajectory.episode_return),
         "advantage": getattr(trajectory, "advantage", None), "kept": getattr(trajectory, "kept", None),
         "ended": trajectory.truncation or ("terminated" if trajectory.terminated else ""),
-        "env_error": trajectory.env_error, "turns": [_turn_context(turn) for turn in trajectory.turns],
+        "env_error": trajectory.env_error, "turns": [_turn_context(turn, tokenizer) for turn in trajectory.turns],
         "prompt": None, "prompt_tokens": trajectory.prompt_length, "tokens": None,
         "token_count": len(trajectory.token_ids),
     }
     if tokenizer is not None:
-        context["prompt"] = tokenizer.decode(trajectory.token_ids[: trajectory.prompt_length],
-                                             skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        context["prompt"] = _decode(tokenizer, trajectory.token_ids[: trajectory.prompt_length])
         model = {int(s) for s in MODEL_SEGMENTS}
         in_loss = context["kept"] is not False
         trained = [in_loss and i >= trajectory.prompt_length and s in model for i, s in enumerate(trajectory.segments)]
