@@ -6,7 +6,7 @@ from conftest import CounterEnv
 from test_trainer import BAD, GOOD, counter_tasks, make_args, scripted
 
 from trl_starpo import StarPOTrainer
-from trl_starpo.samples import padded_count, turn_samples
+from trl_starpo.samples import padded_count, row_chunks, turn_samples
 
 RESPONSES = {0: [BAD, GOOD, GOOD], 1: [GOOD, GOOD], 2: ["no format", GOOD, GOOD], 3: [BAD, BAD, BAD]}
 
@@ -73,6 +73,25 @@ def test_each_turn_trains_on_its_own_context_with_its_episodes_advantage(tmp_pat
         # the same episodes get the same per-token advantages whatever the turns were shown
         torch.testing.assert_close(inputs["advantages"][row, : len(completion)], full_advantages[sample.row, span])
     assert not inputs["tool_mask"][len(samples):].any()  # padding rows train nothing
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
+def test_turn_rows_trained_a_few_at_a_time_give_the_whole_batchs_gradient(tmp_path, tiny_agent_dir, loss_type):
+    trainer, inputs = scored_batch(tmp_path, tiny_agent_dir, context_policy="window", history_turns=1,
+                                   loss_type=loss_type, trajectory_filter="variance", filter_keep_fraction=0.5)
+    whole_loss, whole = loss_and_gradient(trainer, inputs)
+    trainer.model.zero_grad()
+    chunks = row_chunks(inputs, 3, loss_type)
+    assert len(chunks) == 4 and max(c["prompt_ids"].size(1) for c in chunks) == inputs["prompt_ids"].size(1)
+    assert min(c["prompt_ids"].size(1) for c in chunks) < inputs["prompt_ids"].size(1)  # each trimmed to its own
+    total = 0.0
+    for chunk in chunks:
+        loss = trainer.compute_loss(trainer.model, chunk)
+        loss.backward()
+        total += loss.item()
+    assert total == pytest.approx(whole_loss, rel=1e-4, abs=1e-6)
+    for name, grad in whole.items():
+        torch.testing.assert_close(dict(trainer.model.named_parameters())[name].grad, grad, rtol=1e-3, atol=1e-6)
 
 
 def test_filtered_trajectories_train_none_of_their_turns(tmp_path, tiny_agent_dir):

@@ -118,3 +118,43 @@ def states_in_trajectory_layout(states: torch.Tensor, samples: list[TurnSample],
         count = len(sample.completion) + 1
         out[sample.row, sample.start : sample.start + count] = states[index, :count]
     return out
+
+
+_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+
+
+def row_chunks(batch: dict, size: int, loss_type: str) -> list[dict]:
+    """Split one micro-batch of turn rows into chunks of ``size`` rows, each trimmed to its own longest prompt and
+    completion, so that a turn's training cost does not depend on how many turns the episodes had.
+
+    Back-propagating every chunk's loss gives the micro-batch's gradient: each chunk carries ``chunk_share``, the
+    weight of its loss in the micro-batch's (its share of the rows for the row-averaged ``grpo`` and ``dr_grpo``
+    losses, of the model tokens for ``bnpo``, 1 for ``dapo``, which already divides by the whole batch's tokens).
+    """
+    rows = batch["prompt_ids"].size(0)
+    width = batch["completion_ids"].size(1)
+    loss_mask = batch["completion_mask"] * batch["tool_mask"]
+    chunks = []
+    for start in range(0, rows, size):
+        part = slice(start, start + size)
+        prompt_from = int(batch["prompt_mask"][part].any(dim=0).int().argmax())
+        completion_to = int(batch["completion_mask"][part].any(dim=0).nonzero().max()) + 1
+        chunk = {}
+        for key, value in batch.items():
+            if not isinstance(value, torch.Tensor) or value.dim() == 0:
+                chunk[key] = value
+            elif key in _PROMPT_KEYS:
+                chunk[key] = value[part, prompt_from:]
+            elif value.dim() >= 2 and value.size(1) == width:
+                chunk[key] = value[part, :completion_to]
+            else:
+                chunk[key] = value[part]
+        if loss_type in ("grpo", "dr_grpo"):
+            share = chunk["prompt_ids"].size(0) / rows
+        elif loss_type == "bnpo":
+            share = (loss_mask[part].sum() / loss_mask.sum().clamp(min=1)).item()
+        else:
+            share = 1.0
+        chunk["chunk_share"] = torch.tensor(share, dtype=torch.float32, device=batch["prompt_ids"].device)
+        chunks.append(chunk)
+    return chunks

@@ -21,6 +21,7 @@ from accelerate.logging import get_logger
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
+from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl.trainer.utils import pad, use_adapter
@@ -56,7 +57,9 @@ from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import PER_ACTION, STAT_NAMES, mean_stats, trajectory_stats
-from .samples import padded_count, per_row, per_sample, sample_tensors, states_in_trajectory_layout, turn_samples
+from .samples import (
+    padded_count, per_row, per_sample, row_chunks, sample_tensors, states_in_trajectory_layout, turn_samples,
+)
 from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
 
 
@@ -195,6 +198,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.kl_early_stopping = KLEarlyStopping(args.kl_early_stop)
         self.kl_early_stops: list[int] = []  # global steps at which KL early stopping cut a batch's updates short
         self._inputs_seconds = self._loss_seconds = 0.0  # of the current micro-step, for the update timer
+        self._prepared_chunk = None  # a chunk of turn rows the next _prepare_inputs hands over as it is
         self.update_timer = UpdateTimer(self)  # time/<phase> of every step; before the guard, which it times
         self.add_callback(self.update_timer)
         self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
@@ -611,6 +615,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._capture_loss_logps = False
         if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
             loss = loss * inputs["kept_rows_scale"]
+        if "chunk_share" in inputs:
+            loss = loss * inputs["chunk_share"]
         if self.model.training and "old_per_token_logps" in inputs and self.kl_early_stopping.target > 0:
             mask = inputs["completion_mask"] * inputs["tool_mask"]
             kl = sampling_kl(
@@ -622,11 +628,35 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         start, self._inputs_seconds, self._loss_seconds = time.perf_counter(), 0.0, 0.0
-        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.args.context_policy == "window":
+            loss = self._training_step_by_turn_chunks(model, inputs, num_items_in_batch)
+        else:
+            loss = super().training_step(model, inputs, num_items_in_batch)
         # what is neither making the inputs (rollouts, scoring) nor the forward and loss is the backward pass
         self.update_timer.add("backward", time.perf_counter() - start - self._inputs_seconds - self._loss_seconds)
         self.nonfinite_guard.observe_loss(loss)
         return loss
+
+    def _training_step_by_turn_chunks(self, model, inputs, num_items_in_batch=None):
+        """One micro-step on turn rows, ``per_device_train_batch_size`` rows at a time (a backward each), so that its
+        memory stays that of a few turns however many turns the episodes had; every process has as many rows, so
+        as many chunks."""
+        start = time.perf_counter()
+        batch = self._prepare_inputs(inputs)
+        total = None
+        for chunk in row_chunks(batch, self.args.per_device_train_batch_size, self.loss_type):
+            self._prepared_chunk = chunk
+            try:  # transformers' step (forward, backward) on the chunk; GRPOTrainer's counts micro-steps, below
+                loss = Trainer.training_step(self, model, inputs, num_items_in_batch)
+            finally:
+                self._prepared_chunk = None
+            total = loss if total is None else total + loss
+        self._step += 1  # as GRPOTrainer.training_step does once per micro-step
+        self._current_train_step_time += time.perf_counter() - start
+        if self._step % self.current_gradient_accumulation_steps == 0:
+            self._metrics["train"]["step_time"].append(self._current_train_step_time)
+            self._current_train_step_time = 0.0
+        return total
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,
@@ -649,6 +679,8 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         return logps, entropies, aux_loss
 
     def _prepare_inputs(self, generation_batch):
+        if self._prepared_chunk is not None:
+            return self._prepared_chunk
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)
         # KL early stopping acts between optimizer steps: the rest of the batch's inner updates are skipped and
