@@ -31,21 +31,27 @@ def main(model_dir: str, output_dir: str, preset: str | None = None) -> None:
         args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, max_steps=3)
     elif preset == "gigpo":  # the same, so that GiGPO's step groups span both ranks
         args = make_args(output_dir, preset=preset, num_generations=8, per_device_train_batch_size=4, max_steps=3)
+    elif preset == "window":  # the same, each turn a row: the ranks' turn counts differ, their rows must not
+        args = make_args(output_dir, num_generations=8, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+                         max_steps=3, context_policy="window", history_turns=1)
     else:  # two groups of 4, one on each rank
         args = make_args(output_dir, preset=preset, num_generations=4, per_device_train_batch_size=4, max_steps=3)
     trainer = StarPOTrainer(model_dir, environment=CounterEnv, args=args, train_dataset=tasks)
-    advantages, turn_advantages, kept = [], [], []
+    advantages, turn_advantages, kept, rows = [], [], [], []
     original = trainer._generate_and_score_completions
 
     def record(inputs):
         output = original(inputs)
+        kept.append(trainer._metrics["train"]["filter/kept_fraction"][-1])
+        rows.append([len(output["prompt_ids"]), sum(len(t.turns) for t in trainer.last_trajectories)])
+        if args.context_policy == "window":
+            return output
         mask = output["tool_mask"].bool()
         advantages.append([row[m][0].item() if m.any() else None for row, m in zip(output["advantages"], mask)])
         turn_advantages.append([
             [output["advantages"][row, turn.response_start - t.prompt_length].item() for turn in t.turns]
             for row, t in enumerate(trainer.last_trajectories)
         ])
-        kept.append(trainer._metrics["train"]["filter/kept_fraction"][-1])
         return output
 
     trainer._generate_and_score_completions = record
@@ -56,11 +62,12 @@ def main(model_dir: str, output_dir: str, preset: str | None = None) -> None:
         "weights": digest_of(trainer.model),
         "critics": {name: digest_of(critic) for name, critic in trainer._critics().items()},
         "kept_fraction": kept,
+        "rows": rows,
         "returns": [t.episode_return for t in trainer.last_trajectories],
         "task_ids": [t.task_id for t in trainer.last_trajectories],
         "groups": [t.group for t in trainer.last_trajectories],
-        "advantages": advantages[-1],
-        "turn_advantages": turn_advantages[-1],
+        "advantages": advantages[-1] if advantages else None,
+        "turn_advantages": turn_advantages[-1] if turn_advantages else None,
         "step_records": [step_records(t, args.gigpo_gamma) for t in trainer.last_trajectories],
         "changed": not torch.equal(
             trainer.model.get_input_embeddings().weight.detach().cpu(),

@@ -77,6 +77,17 @@ def test_gigpo_step_groups_span_the_processes(tmp_path, tiny_agent_dir):
     assert sum(observed, []) == pytest.approx(sum(expected, []), abs=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_window_turn_rows_are_padded_alike_on_both_processes(tmp_path, tiny_agent_dir):
+    # One group of 8 rollouts, 4 on each rank, each turn a loss row: the ranks play different numbers of turns, and
+    # must still feed the loss as many rows (and as many chunks of rows) to stay in step.
+    rank0, rank1 = run_two_processes(tmp_path, tiny_agent_dir, "window", port=29520)
+    assert rank0["changed"] and rank0["weights"] == rank1["weights"]
+    for (rows0, turns0), (rows1, turns1) in zip(rank0["rows"], rank1["rows"]):
+        assert rows0 == rows1 >= max(turns0, turns1) and rows0 % 2 == 0
+
+
 @pytest.mark.parametrize("name, kind", [("multi_gpu", "MULTI_GPU"), ("fsdp2", "FSDP"), ("deepspeed_zero1", "DEEPSPEED"),
                                         ("deepspeed_zero2", "DEEPSPEED"), ("deepspeed_zero3", "DEEPSPEED")])
 def test_the_shipped_accelerate_configs_load(name, kind):

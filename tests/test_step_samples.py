@@ -110,6 +110,8 @@ def test_window_training_updates_the_policy(tmp_path, tiny_agent_dir):
     trainer.train()
     changed = sum(not torch.equal(before[n], p.detach()) for n, p in trainer.model.named_parameters() if n in before)
     assert changed > 0
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2 and all("filter/kept_fraction" in entry for entry in logs)  # training rollouts, each step
     stored = trainer.last_trajectories
     assert all(turn.context_ids for t in stored for turn in t.turns if turn.response_end > turn.response_start)
 
@@ -117,3 +119,10 @@ def test_window_training_updates_the_policy(tmp_path, tiny_agent_dir):
 def test_a_critic_with_its_own_backbone_is_refused_under_window(tmp_path):
     with pytest.raises(ValueError, match="value_model"):
         make_args(tmp_path, context_policy="window", advantage_estimator="gae", value_model="some/critic")
+
+
+def test_windowed_trajectories_are_not_trained_as_whole_episodes(tmp_path, tiny_agent_dir):
+    windowed, _ = scored_batch(tmp_path / "window", tiny_agent_dir, context_policy="window", history_turns=1)
+    full, _ = scored_batch(tmp_path / "full", tiny_agent_dir)
+    with pytest.raises(ValueError, match="context_policy='window'"):
+        full.score_trajectories(windowed.last_trajectories, group_size=4, offset=0)

@@ -366,6 +366,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         batch = self._trajectory_tensors(trajectories, device)
         segments = batch.pop("segments")
         samples = turn_samples(trajectories) if self.args.context_policy == "window" else None
+        if samples is None and any(turn.context_ids is not None for t in trajectories for turn in t.turns):
+            raise ValueError("These trajectories were played under context_policy='window' (each turn saw its own "
+                             "context); train them with context_policy='window' and the same history_turns.")
         scored = batch if samples is None else self._turn_sample_tensors(samples, mode, device)
         returns = torch.tensor([t.episode_return for t in trajectories], dtype=torch.float32, device=device)
         all_returns = self.accelerator.gather(returns)
@@ -642,6 +645,9 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         memory stays that of a few turns however many turns the episodes had; every process has as many rows, so
         as many chunks."""
         start = time.perf_counter()
+        model.train()  # as transformers' training_step does before it prepares the inputs (they depend on the mode)
+        if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
+            self.optimizer.train()
         batch = self._prepare_inputs(inputs)
         total = None
         for chunk in row_chunks(batch, self.args.per_device_train_batch_size, self.loss_type):
