@@ -699,6 +699,29 @@ def test_exploration_is_evaluated_on_validation_in_a_folder_of_its_own(learning,
         learning.cli.main(["--env", "hotpotqa", "--method", "sft", "--held-out-split", "validation"])
 
 
+def test_long_episodes_under_a_window_are_a_setting_of_their_own(learning, monkeypatch, tmp_path):
+    chosen, commands = [], []
+    monkeypatch.setattr(learning.cli, "run_one", lambda *args, column, **_: chosen.append(column) or dict(
+        updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
+    monkeypatch.setattr(learning.cli, "run_processes", lambda c, jobs, logs: commands.append(c) or [])
+    flags = ["--max-turns", "50", "--context-policy", "window", "--history-turns", "3", "--records", str(tmp_path)]
+    learning.cli.main(["--env", "alfworld", "--method", "sft", *flags])
+    rollout = chosen[0].rollout
+    assert (rollout["max_turns"], rollout["max_actions_per_trajectory"]) == (50, 50)
+    assert (rollout["context_policy"], rollout["history_turns"]) == ("window", 3)
+    assert learning.protocol.COLUMNS["alfworld"].rollout["max_turns"] == 10
+    scale = learning.protocol.Scale()
+    assert (learning.protocol.setting_key("alfworld", chosen[0], scale, "m")
+            != learning.protocol.setting_key("alfworld", learning.protocol.COLUMNS["alfworld"], scale, "m"))
+    # the warm start and the RL run are given the window as flags
+    assert learning.training.rollout_flags(chosen[0])[-6:-2] == ["--context_policy", "window", "--history_turns", "3"]
+    learning.cli.main(["--env", "alfworld", "--method", "sft", "--seed", "0", "1", *flags])  # children get it too
+    (command,) = {tuple(c[c.index("--max-turns"):c.index("--max-turns") + 6]) for c in commands[-1].values()}
+    assert command == ("--max-turns", "50", "--context-policy", "window", "--history-turns", "3")
+    with pytest.raises(SystemExit):  # never into the main table's records
+        learning.cli.main(["--env", "alfworld", "--method", "sft", "--context-policy", "window"])
+
+
 def test_checkpoints_from_another_warm_start_are_not_resumed(learning, tmp_path):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoint-2").mkdir(parents=True)

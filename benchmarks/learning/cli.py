@@ -37,6 +37,15 @@ def main(argv: list[str] | None = None) -> None:
                         help="An ablation: the advantage estimator of the RL presets (StarPOConfig."
                              "advantage_estimator, e.g. gigpo with --method starpo-s; default: each preset's). Records "
                              "of an ablation belong in their own --records folder.")
+    parser.add_argument("--max-turns", type=int,
+                        help="Turns an episode may take (and as many actions; default: the column's), for long "
+                             "episodes, e.g. ALFWorld's 50. Records of another horizon belong in their own --records "
+                             "folder.")
+    parser.add_argument("--context-policy", choices=["full", "window"],
+                        help="What each turn is given (StarPOConfig.context_policy; default: the column's, full); the "
+                             "warm start follows it. Records of another policy belong in their own --records folder.")
+    parser.add_argument("--history-turns", type=int, default=2,
+                        help="Turns a window keeps (StarPOConfig.history_turns; with --context-policy window).")
     parser.add_argument("--model", help="The base model (default: the embedded SmolLM2-135M-Instruct).")
     parser.add_argument("--workdir", type=Path, default=WORKDIR, help="Checkpoints and warm starts.")
     parser.add_argument("--records", type=Path, help="Where run records go (default: benchmarks/learning_runs).")
@@ -65,6 +74,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--num-iterations must be at least 1, got {args.num_iterations}")
     if args.sft_episodes is not None and args.sft_episodes < 1:
         parser.error(f"--sft-episodes must be at least 1, got {args.sft_episodes}")
+    if args.max_turns is not None and args.max_turns < 1:
+        parser.error(f"--max-turns must be at least 1, got {args.max_turns}")
+    if args.history_turns < 1:
+        parser.error(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if not args.learning_rate > 0:
@@ -83,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.held_out_split and not args.table and records.resolve() == RECORDS:
         parser.error("--held-out-split needs its own --records folder: the main table's records are test-split "
                      "figures (e.g. --records benchmarks/learning_runs/validation)")
+    if (args.max_turns or args.context_policy) and not args.table and records.resolve() == RECORDS:
+        parser.error("--max-turns and --context-policy make another setting than the main table's: give it its own "
+                     "--records folder (e.g. --records benchmarks/learning_runs/ablations/alfworld-50-window)")
     if args.table:
         # another folder's records (an earlier sitting's) are printed with their curves, not written into results.md
         print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))
@@ -111,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             column = dataclasses.replace(column, sft_episodes=args.sft_episodes)
         if args.held_out_split:
             column = dataclasses.replace(column, held_out=args.held_out_split)
+        column = with_horizon(column, args.max_turns, args.context_policy, args.history_turns)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
         record = run_one(method, environment, seed, scale=scale, model=args.model, workdir=workdir, records=records,
                          column=column, rerun=args.rerun)
@@ -124,7 +141,9 @@ def main(argv: list[str] | None = None) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = args.threads or (max(1, cores // side_by_side) if side_by_side > 1 else None)
     for flag, value in (("--budget", args.budget), ("--sft-episodes", args.sft_episodes), ("--model", args.model),
-                        ("--held-out-split", args.held_out_split), ("--threads", threads)):
+                        ("--held-out-split", args.held_out_split), ("--threads", threads),
+                        ("--max-turns", args.max_turns), ("--context-policy", args.context_policy),
+                        ("--history-turns", args.history_turns if args.context_policy == "window" else None)):
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
@@ -139,3 +158,15 @@ def main(argv: list[str] | None = None) -> None:
         print(markdown(load_records(records)))
     if failed:
         sys.exit(f"Failed runs (rerun them to resume): {'; '.join(failed)}")
+
+
+def with_horizon(column, max_turns: int | None, context_policy: str | None, history_turns: int):
+    """``column`` with episodes of ``max_turns`` turns (and as many actions) and the given context policy."""
+    rollout = dict(column.rollout)
+    if max_turns:
+        rollout.update(max_turns=max_turns, max_actions_per_trajectory=max_turns * rollout["max_actions_per_turn"])
+    if context_policy == "window":
+        rollout.update(context_policy="window", history_turns=history_turns)
+    elif context_policy == "full":
+        rollout.pop("context_policy", None)  # the default: the column's key stays its own
+    return dataclasses.replace(column, rollout=rollout)
