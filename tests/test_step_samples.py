@@ -36,6 +36,7 @@ ESTIMATORS = [
     dict(advantage_estimator="turn_gae"),
     dict(advantage_estimator="gae", gae_gamma=0.9, gae_lambda=0.8),
     dict(advantage_estimator="group", thinking_critic=True, beta=0.05),
+    dict(advantage_estimator="group", loss_type="bnpo"),
 ]
 
 
@@ -75,10 +76,13 @@ def test_each_turn_trains_on_its_own_context_with_its_episodes_advantage(tmp_pat
     assert not inputs["tool_mask"][len(samples):].any()  # padding rows train nothing
 
 
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.5])
 @pytest.mark.parametrize("loss_type", ["dapo", "grpo", "bnpo", "dr_grpo"])
-def test_turn_rows_trained_a_few_at_a_time_give_the_whole_batchs_gradient(tmp_path, tiny_agent_dir, loss_type):
+def test_turn_rows_trained_a_few_at_a_time_give_the_whole_batchs_gradient(tmp_path, tiny_agent_dir, loss_type,
+                                                                          entropy_coef):
     trainer, inputs = scored_batch(tmp_path, tiny_agent_dir, context_policy="window", history_turns=1,
-                                   loss_type=loss_type, trajectory_filter="variance", filter_keep_fraction=0.5)
+                                   loss_type=loss_type, trajectory_filter="variance", filter_keep_fraction=0.5,
+                                   entropy_coef=entropy_coef)
     whole_loss, whole = loss_and_gradient(trainer, inputs)
     trainer.model.zero_grad()
     chunks = row_chunks(inputs, 3, loss_type)
@@ -116,9 +120,27 @@ def test_window_training_updates_the_policy(tmp_path, tiny_agent_dir):
     assert all(turn.context_ids for t in stored for turn in t.turns if turn.response_end > turn.response_start)
 
 
-def test_a_critic_with_its_own_backbone_is_refused_under_window(tmp_path):
-    with pytest.raises(ValueError, match="value_model"):
-        make_args(tmp_path, context_policy="window", advantage_estimator="gae", value_model="some/critic")
+def test_gradients_are_reduced_once_per_micro_step_after_its_last_chunk(tmp_path, tiny_agent_dir):
+    args = make_args(tmp_path, context_policy="window", history_turns=1, max_steps=1, learning_rate=1e-3)
+    trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks())
+    backward, synced = trainer.accelerator.backward, []
+
+    def recording(loss, **kwargs):
+        synced.append(trainer.accelerator.sync_gradients)  # DeepSpeed steps its optimizer on every synced backward
+        return backward(loss, **kwargs)
+
+    trainer.accelerator.backward = recording
+    trainer.train()
+    assert len(synced) > 1 and synced == [False] * (len(synced) - 1) + [True]
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (dict(advantage_estimator="gae", value_model="some/critic"), "value_model"),
+    (dict(use_adaptive_entropy=True), "use_adaptive_entropy"),
+])
+def test_what_cannot_work_under_window_is_refused(tmp_path, overrides, field):
+    with pytest.raises(ValueError, match=field):
+        make_args(tmp_path, context_policy="window", **overrides)
 
 
 def test_windowed_trajectories_are_not_trained_as_whole_episodes(tmp_path, tiny_agent_dir):
@@ -126,3 +148,13 @@ def test_windowed_trajectories_are_not_trained_as_whole_episodes(tmp_path, tiny_
     full, _ = scored_batch(tmp_path / "full", tiny_agent_dir)
     with pytest.raises(ValueError, match="context_policy='window'"):
         full.score_trajectories(windowed.last_trajectories, group_size=4, offset=0)
+
+
+def test_trajectory_dpo_refuses_windowed_episodes(tmp_path, tiny_agent_dir):
+    from trl_starpo.dpo import TrajectoryDPOConfig, preference_pairs
+
+    windowed, _ = scored_batch(tmp_path, tiny_agent_dir, context_policy="window", history_turns=1)
+    with pytest.raises(ValueError, match="context_policy='full'"):
+        preference_pairs(windowed.last_trajectories)
+    with pytest.raises(ValueError, match="context_policy='full'"):
+        TrajectoryDPOConfig(output_dir=str(tmp_path / "dpo"), context_policy="window")

@@ -395,6 +395,11 @@ class StarPOConfig(GRPOConfig):
             raise ValueError(
                 f"advantage_estimator must be one of {ADVANTAGE_ESTIMATORS}, got {self.advantage_estimator!r}."
             )
+        if self.use_adaptive_entropy and self.context_policy == "window":
+            raise ValueError(
+                "use_adaptive_entropy steps the entropy coefficient inside the loss, which context_policy='window' "
+                "computes a few turn rows at a time: set a fixed entropy_coef, or use context_policy='full'."
+            )
         if self.value_model is not None and self.context_policy == "window":
             raise ValueError(
                 "value_model (a critic with its own backbone) reads whole trajectories, but context_policy='window' "

@@ -65,6 +65,9 @@ def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable
     """
     from datasets import Dataset
 
+    if any(turn.context_ids is not None for t in trajectories for turn in t.turns):
+        raise ValueError("Trajectory DPO pairs whole episodes, but these were played under context_policy='window' "
+                         "(each turn saw its own context): play them with context_policy='full'.")
     if keys is None:
         keys = [(t.task_id, tuple(t.token_ids[: t.prompt_length])) for t in trajectories]
     if len(keys) != len(trajectories):
@@ -183,6 +186,9 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
             raise ValueError(f"num_generations must be at least 2 to make a pair, got {self.num_generations}.")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0: the episodes of a task must differ, got {self.temperature}.")
+        if self.context_policy != "full":
+            raise ValueError("Trajectory DPO pairs whole episodes: set context_policy='full' (a window's turns each "
+                             "see their own context).")
 
 
 class TrajectoryDPOTrainer(DPOTrainer):

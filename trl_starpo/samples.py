@@ -128,8 +128,10 @@ def row_chunks(batch: dict, size: int, loss_type: str) -> list[dict]:
     completion, so that a turn's training cost does not depend on how many turns the episodes had.
 
     Back-propagating every chunk's loss gives the micro-batch's gradient: each chunk carries ``chunk_share``, the
-    weight of its loss in the micro-batch's (its share of the rows for the row-averaged ``grpo`` and ``dr_grpo``
-    losses, of the model tokens for ``bnpo``, 1 for ``dapo``, which already divides by the whole batch's tokens).
+    weight of its policy loss in the micro-batch's (its share of the rows for the row-averaged ``grpo`` and
+    ``dr_grpo`` losses, of the model tokens for ``bnpo``, 1 for ``dapo``, which already divides by the whole batch's
+    tokens), and ``token_share``, its share of the model tokens, the weight of the per-token means TRL adds to the
+    loss (the entropy bonus, a mixture-of-experts router's auxiliary loss).
     """
     rows = batch["prompt_ids"].size(0)
     width = batch["completion_ids"].size(1)
@@ -149,12 +151,13 @@ def row_chunks(batch: dict, size: int, loss_type: str) -> list[dict]:
                 chunk[key] = value[part, :completion_to]
             else:
                 chunk[key] = value[part]
+        token_share = (loss_mask[part].sum() / loss_mask.sum().clamp(min=1)).item()
         if loss_type in ("grpo", "dr_grpo"):
             share = chunk["prompt_ids"].size(0) / rows
         elif loss_type == "bnpo":
-            share = (loss_mask[part].sum() / loss_mask.sum().clamp(min=1)).item()
+            share = token_share
         else:
             share = 1.0
-        chunk["chunk_share"] = torch.tensor(share, dtype=torch.float32, device=batch["prompt_ids"].device)
+        chunk["chunk_share"], chunk["token_share"] = share, token_share
         chunks.append(chunk)
     return chunks

@@ -611,11 +611,16 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
 
     def _starpo_loss(self, model, inputs):
         self._capture_loss_logps = True
+        coefficients = self.entropy_coef, self.router_aux_loss_coef
+        if "chunk_share" in inputs:  # a chunk of turn rows: TRL's per-token means count with its share of the tokens
+            factor = inputs["token_share"] / inputs["chunk_share"] if inputs["chunk_share"] else 0.0
+            self.entropy_coef, self.router_aux_loss_coef = (coefficient * factor for coefficient in coefficients)
         try:
             with self._scoring(inputs["completion_mask"] * inputs["tool_mask"]):
                 loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_loss_logps = False
+            self.entropy_coef, self.router_aux_loss_coef = coefficients
         if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
             loss = loss * inputs["kept_rows_scale"]
         if "chunk_share" in inputs:
@@ -649,13 +654,19 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         if hasattr(self.optimizer, "train") and callable(self.optimizer.train):
             self.optimizer.train()
         batch = self._prepare_inputs(inputs)
-        total = None
-        for chunk in row_chunks(batch, self.args.per_device_train_batch_size, self.loss_type):
+        chunks = row_chunks(batch, self.args.per_device_train_batch_size, self.loss_type)
+        sync, state, total = self.accelerator.sync_gradients, self.accelerator.gradient_state, None
+        for index, chunk in enumerate(chunks):
+            last = index == len(chunks) - 1
+            # gradients are reduced (and DeepSpeed steps) once, after the last chunk, as after the last micro-step
+            state._set_sync_gradients(sync and last)
             self._prepared_chunk = chunk
             try:  # transformers' step (forward, backward) on the chunk; GRPOTrainer's counts micro-steps, below
-                loss = Trainer.training_step(self, model, inputs, num_items_in_batch)
+                with nullcontext() if last else self.accelerator.no_sync(model):
+                    loss = Trainer.training_step(self, model, inputs, num_items_in_batch)
             finally:
                 self._prepared_chunk = None
+                state._set_sync_gradients(sync)
             total = loss if total is None else total + loss
         self._step += 1  # as GRPOTrainer.training_step does once per micro-step
         self._current_train_step_time += time.perf_counter() - start
