@@ -132,17 +132,12 @@ def test_logprobs_after_a_ragged_chunk_match_a_fresh_forward(tiny_model_dir, tin
     torch.testing.assert_close(logits.log_softmax(-1), fresh.log_softmax(-1), atol=1e-4, rtol=0)
 
 
-def after_one_turn(model, tokenizer):
-    """A recorder, the plain and cached generators, and two contexts the cached one has played a turn of."""
-    recorder = RecordingModel(model)
-    plain, cached = generators(recorder, tokenizer)
-    rng = torch.Generator().manual_seed(2)
-    contexts = {0: random_tokens(rng, tokenizer, 9), 1: random_tokens(rng, tokenizer, 13)}
-    return recorder, plain, cached, contexts, cached.generate(contexts, 5), rng
-
-
 def test_a_context_that_does_not_extend_its_row_reuses_the_prefix_they_share(tiny_model, tiny_tokenizer):
-    recorder, plain, cached, contexts, responses, _ = after_one_turn(tiny_model, tiny_tokenizer)
+    recorder = RecordingModel(tiny_model)
+    plain, cached = generators(recorder, tiny_tokenizer)
+    rng = torch.Generator().manual_seed(2)
+    contexts = {0: random_tokens(rng, tiny_tokenizer, 9), 1: random_tokens(rng, tiny_tokenizer, 13)}
+    responses = cached.generate(contexts, 5)
     extended = {key: contexts[key] + responses[key] + [7, 8, 9] for key in contexts}
     # row 1 keeps its first 2 tokens and then reads otherwise, as a window context that dropped a turn does
     rewritten = {0: extended[0], 1: extended[1][:2] + [extended[1][2] % 300 + 3] + extended[1][3:]}
@@ -168,7 +163,11 @@ def test_window_contexts_sharing_only_their_head_match_a_fresh_prefill(tiny_agen
 
 
 def test_a_new_key_prefills_the_whole_batch_again(tiny_model, tiny_tokenizer):
-    recorder, plain, cached, contexts, responses, rng = after_one_turn(tiny_model, tiny_tokenizer)
+    recorder = RecordingModel(tiny_model)
+    plain, cached = generators(recorder, tiny_tokenizer)
+    rng = torch.Generator().manual_seed(2)
+    contexts = {0: random_tokens(rng, tiny_tokenizer, 9), 1: random_tokens(rng, tiny_tokenizer, 13)}
+    responses = cached.generate(contexts, 5)
     new_key = {0: contexts[0] + responses[0] + [7], 2: random_tokens(rng, tiny_tokenizer, 6)}
     recorder.calls.clear()
     got = cached.generate(new_key, 5)
