@@ -86,16 +86,14 @@ class TransformersGenerator:
 class CachedTransformersGenerator:
     """Batched sampling that keeps every trajectory's KV cache across the turns of one collection.
 
-    The first call after :meth:`reset` left-pads the contexts and prefills them once. Each later call keeps, of every
-    cache row, the longest prefix its new context shares with what the row holds (its earlier context and the tokens
-    fed back while decoding): all of it when the context extends the row, as under the ``full`` context policy,
-    where only the end of the last response and the appended observation are new; the system prompt and task when a
-    ``window`` context dropped older turns. Slots past a row's shared prefix are masked out (and the cache cut after
-    the last slot any row keeps), and only the rest of each context is fed. These suffixes differ in length, so they
-    go in as one right-aligned chunk whose padding sits inside the sequence, masked out by the 2-D attention mask,
-    with position ids that count only attended tokens; each row thus sees exactly the sequence a fresh forward pass
-    over its context would. Rows missing from a call are dropped from the cache. A key the cache has not seen, or
-    contexts that share nothing with their rows, make the whole batch prefill from scratch.
+    The first call after :meth:`reset` left-pads the contexts and prefills them once. Each later call checks that
+    every context extends what its cache row already holds (its earlier context and the tokens fed back while
+    decoding) and feeds only the rest: typically the end of the last response and the appended observation. These
+    suffixes differ in length, so they go in as one right-aligned chunk whose padding sits inside the sequence,
+    masked out by the 2-D attention mask, with position ids that count only attended tokens; each row thus sees
+    exactly the sequence a fresh forward pass over its context would. Rows missing from a call are dropped from the
+    cache. A context that does not extend its cached row, or a key the cache has not seen, makes the whole batch
+    re-prefill from scratch, so the result never depends on the cache being reusable.
 
     Decoding is a token-by-token loop honouring ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
     ``repetition_penalty`` and ``min_new_tokens`` of the generation config; other logits processors are not
@@ -174,38 +172,25 @@ class CachedTransformersGenerator:
         return dict(zip(self._keys, new_tokens))
 
     def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
-        """Keep the cache rows of ``contexts``, in their order, each cut to the prefix its context shares with it,
-        and return what each context adds to that prefix.
+        """Keep the cache rows of ``contexts``, in their order, and return what each context adds to its row.
 
-        Returns ``None``, leaving the cache untouched, for a key the cache has not seen or when no context shares a
-        token with its row.
+        Returns ``None``, leaving the cache untouched, when some context is not a strict extension of a cached row.
         """
         if self._cache is None or any(key not in self._keys for key in contexts):
             return None
         rows = [self._keys.index(key) for key in contexts]
-        slots, shared_counts = [], []
+        suffixes = []
         for row, key in zip(rows, contexts):
-            attended = self._mask[row].nonzero().squeeze(1)
-            held, context = self._ids[row, attended].tolist(), contexts[key]
-            shared = 0
-            limit = min(len(held), len(context) - 1)  # at least one token of the context is fed, for its logits
-            while shared < limit and held[shared] == context[shared]:
-                shared += 1
-            slots.append(attended)
-            shared_counts.append(shared)
-        if not any(shared_counts):
-            return None
+            held = self._ids[row][self._mask[row].bool()].tolist()
+            context = contexts[key]
+            if len(context) <= len(held) or context[: len(held)] != held:
+                return None
+            suffixes.append(context[len(held) :])
         if rows != list(range(len(self._keys))):
             index = torch.tensor(rows, device=self._ids.device)
             self._cache.batch_select_indices(index)
             self._ids, self._mask = self._ids[index], self._mask[index]
-        for i, (attended, shared) in enumerate(zip(slots, shared_counts)):
-            self._mask[i, attended[shared:]] = 0  # what the row holds past the shared prefix is no longer attended
-        width = max(int(attended[shared - 1]) + 1 for attended, shared in zip(slots, shared_counts) if shared)
-        if width < self._ids.size(1):
-            self._cache.crop(width - self._ids.size(1))  # negative: the slots to remove from the end
-            self._ids, self._mask = self._ids[:, :width], self._mask[:, :width]
-        return [contexts[key][shared:] for key, shared in zip(contexts, shared_counts)]
+        return suffixes
 
     def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
         """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row; returns each row's sampled
