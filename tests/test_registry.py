@@ -46,7 +46,7 @@ def test_prompts_show_no_well_formed_answer_that_names_no_valid_action(name, ena
     collector = RolloutCollector(tiny_tokenizer, enable_thinking=enable_thinking, max_actions_per_turn=2)
     task = dict(trl_starpo.load_tasks(name, "validation")[0])
     env = trl_starpo.load_environment(name)
-    trajectory, _ = collector._start(env, task, 0)
+    trajectory = collector._start(env, task, 0)[0]
     env.close()
     shown = tiny_tokenizer.decode(trajectory.token_ids) + collector._format_hint()
     answers = [parse_response(span, enable_thinking=False, max_actions=9)
