@@ -119,8 +119,9 @@ def test_trl_class_tools_reset_and_prompt():
     env, (observation, info) = counter()
     assert set(env.tools) == {"add", "peek"}
     assert observation == "Reach 2. The counter is at 0." and env.system_prompt == "Count."
-    assert env.action_description.startswith("one tool call, written name(argument=value, ...): "
-                                             "add(amount: integer, note: string) - Add to the counter; peek() -")
+    assert env.action_description.startswith('one tool call, written name(argument=value, ...) or as JSON {"name": '
+                                             '..., "arguments": {...}}: add(amount: integer, note: string) - Add to '
+                                             'the counter; peek() -')
 
 
 @pytest.mark.parametrize("call", ["add(1)", "add(amount=1)", " add( 1, note='hi' ) ", "add(1, note=hi)"])
@@ -128,6 +129,37 @@ def test_trl_tool_calls_in_their_written_forms(call):
     env, _ = counter()
     assert env.step(call)[:4] == ("The counter is at 1.", 0.0, False, False)
     assert env.environment.calls == 1
+
+
+@pytest.mark.parametrize("call", [
+    '{"name": "add", "arguments": {"amount": 1}}',
+    '<tool_call>\n{"name": "add", "arguments": {"amount": 1, "note": "hi"}}\n</tool_call>',
+    '{"name": "add", "arguments": "{\\"amount\\": 1}"}',  # OpenAI's arguments string
+])
+def test_trl_tool_calls_in_a_chat_templates_json(call):
+    env, _ = counter()
+    assert env.step(call)[:4] == ("The counter is at 1.", 0.0, False, False)
+    assert env.environment.calls == 1
+    assert env._completion[0]["tool_calls"][0]["function"] == {"name": "add", "arguments": {
+        "amount": 1, **({"note": "hi"} if "note" in call else {})}}
+
+
+@pytest.mark.parametrize("call, error", [
+    ('{"name": "subtract", "arguments": {}}', "no tool named 'subtract'"),
+    ('{"name": "add", "arguments": [1]}', "must be a JSON object"),
+    ('{"name": "add", "arguments": {"size": 1}}', "missing a required argument"),
+    ('<tool_call>{"name": "add", "arguments": {"amount": 1}', "not a JSON tool call"),
+    ('{"name": "add", ' + '"x": 1, ' * 800 + '}', "longer"),
+])
+def test_trl_malformed_json_calls_are_invalid(call, error):
+    env, _ = counter()
+    feedback, reward, terminated, truncated, info = env.step(call)
+    assert error in feedback and (reward, terminated, info) == (0.0, False, INVALID)
+
+
+def test_trl_json_that_is_no_tool_call_is_a_final_answer():
+    env, _ = counter()
+    assert env.step('{"answer": 2}')[2] is True  # terminated: the final answer
 
 
 @pytest.mark.parametrize("call, error", [

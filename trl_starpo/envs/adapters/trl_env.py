@@ -4,8 +4,10 @@ TRL's ``GRPOTrainer(environment_factory=MyEnv)`` creates one ``MyEnv()`` per rol
 the dataset row (its string result is appended to the prompt's last message), exposes every other public method as
 a tool the model calls through its chat template, and scores the finished rollout with ``get_reward()`` and the
 reward functions, which receive the environments. ``TRLEnvironmentAdapter`` plays the same class under StarPO: the
-model writes one tool call per action (``guess(word="crane")``) inside ``<answer>``, the tool's result is the next
-observation, and an answer that is not a tool call ends the episode, as a reply without a tool call ends TRL's.
+model writes one tool call per action inside ``<answer>``, either as a call (``guess(word="crane")``) or in the JSON
+that chat templates use for tool calls (``{"name": "guess", "arguments": {"word": "crane"}}``, optionally inside
+``<tool_call>…</tool_call>``); the tool's result is the next observation, and an answer that is not a tool call ends
+the episode, as a reply without a tool call ends TRL's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +26,7 @@ MAX_CALL_CHARS = 4000
 """Longer answers are refused without being parsed."""
 
 _CALL_START = re.compile(r"\s*([A-Za-z_]\w*)\s*(\(|$)")
+_TOOL_CALL_TAGS = re.compile(r"\s*<tool_call>(.*)</tool_call>\s*", re.DOTALL)
 _RESERVED = ("reset", "get_reward")
 
 
@@ -34,8 +38,9 @@ class TRLEnvironmentAdapter(TextEnvironment):
     """Play an environment class written for TRL's ``environment_factory`` under StarPO.
 
     Each turn's action is either a tool call, ``name(arg=value, ...)`` with Python literals as arguments (positional
-    arguments and bare words, read as strings, are accepted), or any other text, the final answer, which ends the
-    episode. A call that does not parse or does not fit the tool's signature is an invalid action (the episode goes
+    arguments and bare words, read as strings, are accepted) or a chat template's JSON tool call,
+    ``{"name": ..., "arguments": {...}}`` (arguments may also be a JSON string, and the whole may sit inside
+    ``<tool_call>…</tool_call>``), or any other text, the final answer, which ends the episode. A call that does not parse or does not fit the tool's signature is an invalid action (the episode goes
     on, the error is the observation); a tool that raises returns its error to the model as TRL does, and the action
     counts as invalid. After a tool call the episode also ends when the environment's ``done`` attribute is true.
 
@@ -129,6 +134,11 @@ class TRLEnvironmentAdapter(TextEnvironment):
 
     def _parse(self, text: str) -> tuple[str, dict[str, Any]] | None:
         """``(tool, arguments)`` for a tool call, ``None`` for a final answer; raises ``InvalidToolCall``."""
+        if text.lstrip().startswith(("{", "<tool_call>")):
+            if len(text) > MAX_CALL_CHARS:
+                raise InvalidToolCall(f"longer than {MAX_CALL_CHARS} characters")
+            tagged = _TOOL_CALL_TAGS.fullmatch(text)
+            return self._parse_json(tagged.group(1) if tagged else text)
         start = _CALL_START.match(text)
         if start is None or start.group(1) not in self.tools:
             return None
@@ -148,11 +158,36 @@ class TRLEnvironmentAdapter(TextEnvironment):
                 raise InvalidToolCall("* and ** arguments are not accepted")
             args = [_literal(a) for a in node.args]
             kwargs = {keyword.arg: _literal(keyword.value) for keyword in node.keywords}
+        return name, self._bind(name, args, kwargs)
+
+    def _parse_json(self, text: str) -> tuple[str, dict[str, Any]] | None:
+        """A chat template's tool call, ``{"name": ..., "arguments": {...}}``; other JSON is a final answer."""
+        try:
+            call = json.loads(text)
+        except (ValueError, RecursionError) as error:
+            if text.lstrip().startswith("{") and '"name"' not in text:
+                return None  # JSON-looking text that names no tool: an answer
+            raise InvalidToolCall(f"not a JSON tool call: {error}") from None
+        if not isinstance(call, dict) or "name" not in call:
+            return None
+        name, arguments = call["name"], call.get("arguments", call.get("parameters", {}))
+        if not isinstance(name, str) or name not in self.tools:
+            raise InvalidToolCall(f"no tool named {str(name)[:60]!r}; the tools are {', '.join(self.tools)}")
+        if isinstance(arguments, str):  # OpenAI's form: the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except (ValueError, RecursionError) as error:
+                raise InvalidToolCall(f"{name}: the arguments are not JSON: {error}") from None
+        if not isinstance(arguments, dict):
+            raise InvalidToolCall(f"{name}: the arguments must be a JSON object")
+        return name, self._bind(name, [], arguments)
+
+    def _bind(self, name: str, args: list, kwargs: dict) -> dict[str, Any]:
         try:
             bound = inspect.signature(self.tools[name]).bind(*args, **kwargs)
         except TypeError as error:
             raise InvalidToolCall(f"{name}: {error}") from None
-        return name, dict(bound.arguments)
+        return dict(bound.arguments)
 
     def _rescore(self) -> tuple[float, bool]:
         """The reward of the episode so far; returns the change since the last step and whether it succeeds."""
@@ -171,8 +206,8 @@ class TRLEnvironmentAdapter(TextEnvironment):
             properties = schema.get("parameters", {}).get("properties", {})
             arguments = ", ".join(f"{name}: {spec.get('type', 'any')}" for name, spec in properties.items())
             calls.append(f"{schema['name']}({arguments}) - {schema.get('description', '').strip().rstrip('.')}")
-        return ("one tool call, written name(argument=value, ...): " + "; ".join(calls)
-                + ". Any other answer is your final answer and ends the episode")
+        return ("one tool call, written name(argument=value, ...) or as JSON {\"name\": ..., \"arguments\": {...}}: "
+                + "; ".join(calls) + ". Any other answer is your final answer and ends the episode")
 
 
 def from_environment_factory(environment_factory: Callable[[], Any], **kwargs: Any) -> Callable[[], TRLEnvironmentAdapter]:
