@@ -274,3 +274,26 @@ def test_openenv_session_against_a_real_server(openenv_server):
         assert json_env.step(" INC ")[0] == '{"text": "The counter is at 1."}'
     finally:
         json_env.close()
+
+
+def test_a_chat_template_that_shows_tools_shows_the_trl_classes_tools(tiny_tokenizer):
+    import copy
+
+    from conftest import CHATML_TEMPLATE, ScriptedGenerator
+
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    shows_tools = copy.deepcopy(tiny_tokenizer)
+    shows_tools.chat_template = ("{% if tools %}<|im_start|>system\nTools: {% for tool in tools %}"
+                                 "{{ tool.function.name }}({{ tool.function.parameters.properties | list | join(', ') }})"
+                                 " {% endfor %}<|im_end|>\n{% endif %}" + CHATML_TEMPLATE)
+    row = {"prompt": [{"role": "user", "content": "Reach 2."}], "target": 2, "task_id": "t"}
+    prompts = []
+    for tokenizer in (tiny_tokenizer, shows_tools):
+        collector = RolloutCollector(tokenizer, max_turns=1, max_actions_per_turn=1, enable_thinking=False)
+        generator = ScriptedGenerator(tokenizer, {0: ['{"name": "add", "arguments": {"amount": 2}}</answer>']})
+        (trajectory,) = collector.collect([TRLEnvironmentAdapter(Counter())], [row], generator)
+        assert trajectory.success  # the JSON call was made
+        prompts.append(tokenizer.decode(trajectory.token_ids[: trajectory.prompt_length]))
+    assert "Tools:" not in prompts[0]
+    assert "Tools: add(amount, note) peek() " in prompts[1]

@@ -79,6 +79,18 @@ class ChatGlue:
         return cls(close_turn=encode(between), open_turn=encode(opened), to_response=encode(after))
 
 
+def _template_shows_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template renders tool definitions (``apply_chat_template(tools=...)``)."""
+    tool = {"type": "function", "function": {"name": "starpo_probe_tool", "description": "d",
+                                              "parameters": {"type": "object", "properties": {}}}}
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        shown = tokenizer.apply_chat_template(messages, tools=[tool], tokenize=False, add_generation_prompt=True)
+    except Exception:  # a template that cannot take tools: they are described in the system prompt's text only
+        return False
+    return "starpo_probe_tool" in shown
+
+
 def fail_trajectory(trajectory: Trajectory, fault: EnvironmentFault) -> None:
     """End ``trajectory`` because its environment failed (``fault.kind`` is the truncation, the message its error)."""
     logger.warning("%s for task %s: %s", fault.kind, trajectory.task_id, fault)
@@ -197,6 +209,7 @@ class RolloutCollector:
         self.response_prefix = (THINK_OPEN if enable_thinking else ANSWER_OPEN) if prefill_opening_tag else ""
         self.response_prefix_ids = tokenizer(self.response_prefix, add_special_tokens=False)["input_ids"]
         self.eos_token_ids = {tokenizer.eos_token_id}
+        self.template_shows_tools = _template_shows_tools(tokenizer)
         self.last_timing: dict[str, float] = {"generation": 0.0, "environment": 0.0}
 
     @classmethod
@@ -290,7 +303,9 @@ class RolloutCollector:
             {"role": "system", "content": f"{system_prompt}\n{instructions}".strip()},
             {"role": "user", "content": observation},
         ]
-        prompt_ids = self._render(messages)
+        # an environment with tools (a TRL environment_factory class) has them shown as its chat template shows tools
+        tools = getattr(env, "chat_template_tools", None) if self.template_shows_tools else None
+        prompt_ids = self._render(messages, tools)
         trajectory.append(prompt_ids, Segment.PROMPT)
         trajectory.prompt_length = len(trajectory.token_ids)
         trajectory.append(self.response_prefix_ids, Segment.TEMPLATE)
@@ -298,11 +313,12 @@ class RolloutCollector:
         if self.windowed:
             note = EARLIER_TURNS_NOTE.format(count=self.history_turns)
             cut = [messages[0], {"role": "user", "content": f"{observation}\n\n{note}"}]
-            window = HistoryWindow(prompt_ids, self._render(cut), self.response_prefix_ids, self.history_turns)
+            window = HistoryWindow(prompt_ids, self._render(cut, tools), self.response_prefix_ids, self.history_turns)
         return trajectory, observation, window
 
-    def _render(self, messages: list[dict[str, str]]) -> list[int]:
-        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    def _render(self, messages: list[dict[str, str]], tools: list[dict] | None = None) -> list[int]:
+        prompt = self.tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False,
+                                                    add_generation_prompt=True)
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def _decode(self, ids: list[int]) -> str:

@@ -76,7 +76,9 @@ class TRLEnvironmentAdapter(TextEnvironment):
         self.environment = environment
         self.tools = {name: getattr(environment, name) for name in members
                       if name not in _RESERVED and not name.startswith("_")}
-        self.tool_schemas = [get_json_schema(tool)["function"] for tool in self.tools.values()]
+        # the tools as apply_chat_template(tools=...) takes them: the collector shows them where the template does
+        self.chat_template_tools = [get_json_schema(tool) for tool in self.tools.values()]
+        self.tool_schemas = [schema["function"] for schema in self.chat_template_tools]
         self.reward_funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs or [])
         self.reward_weights = list(reward_weights) if reward_weights is not None else [1.0] * len(self.reward_funcs)
         if len(self.reward_weights) != len(self.reward_funcs):
