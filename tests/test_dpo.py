@@ -12,6 +12,7 @@ from trl_starpo.dpo import (
     TrajectoryDPOConfig,
     TrajectoryDPOTrainer,
     TrajectoryPreferenceCollator,
+    expert_pairs,
     preference_pairs,
     store_preference_pairs,
     train_online,
@@ -46,6 +47,22 @@ def test_pairs_are_the_best_and_worst_of_each_task_group():
     assert len(preference_pairs([a_best, a_worst], keys=[0, 1])) == 0
     with pytest.raises(ValueError, match="2 keys for 1"):
         preference_pairs([a_best], keys=[0, 1])
+
+
+def test_eto_pairs_the_experts_win_with_the_agents_worst_episode_of_the_task():
+    def played(task, rewards, success=False):
+        t = trajectory(["s"] * len(rewards), rewards)
+        t.task_id, t.success = task, success
+        return t
+
+    expert = [played("a", [0, 1], True), played("b", [1], True), played("c", [0, 1], True), played("d", [0], False)]
+    a_worse, a_worst = played("a", [0, 0.5]), played("a", [-0.1, 0])
+    b_as_good = played("b", [1], True)  # as good as the expert: nothing to prefer
+    d_low = played("d", [-1])  # the expert lost d: no pair
+    pairs = expert_pairs([a_worse, a_worst, b_as_good, d_low], expert)  # c: the agent never played it
+    assert pairs["task_id"] == ["a"]
+    assert pairs[0]["chosen_ids"] == expert[0].completion_ids and pairs[0]["rejected_ids"] == a_worst.completion_ids
+    assert (pairs[0]["chosen_return"], pairs[0]["rejected_return"]) == (1.0, pytest.approx(-0.1))
 
 
 def test_pairs_from_a_saved_store_follow_the_logged_groups(tmp_path):
@@ -162,6 +179,19 @@ def test_online_rounds_train_save_and_resume(tmp_path, tiny_agent_dir, tiny_toke
     _, none = train_online(model, tiny_tokenizer, CounterEnv, counter_rows(),
                            online_args(tmp_path / "budget", turn_budget=0))
     assert none == []
+
+
+def test_online_rounds_pair_with_the_expert_as_eto_does(tmp_path, tiny_agent_dir, tiny_tokenizer, counter_env):
+    from starpo_testenv import task_rows
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_agent_dir)
+    args = online_args(tmp_path, rounds=1, tasks_per_round=3, pairs="expert", max_actions_per_turn=1,
+                       prefill_opening_tag=True, max_tokens_per_turn=32)
+    trained, (record,) = train_online(model, tiny_tokenizer, counter_env, task_rows("train", 3), args)
+    assert record["episodes"] == 12 and record["pairs"] > 0 and "rewards/margins" in record
+    with pytest.raises(ValueError, match="pairs must be one of"):
+        online_args(tmp_path, pairs="ranked")
 
 
 def test_online_rounds_with_lora_merge_the_adapter(tmp_path, tiny_agent_dir, tiny_tokenizer, monkeypatch):

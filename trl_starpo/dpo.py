@@ -35,6 +35,7 @@ from .trajectory import MODEL_SEGMENTS, Trajectory
 logger = logging.getLogger(__name__)
 
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_mask", "rejected_mask")
+PAIRINGS = ("best_worst", "expert")
 ROUNDS_FILE = "rounds.json"
 
 
@@ -63,11 +64,7 @@ def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable
         the prompt), ``chosen_mask``, ``rejected_mask`` (1 on model tokens), ``task_id``, ``chosen_return`` and
         ``rejected_return``.
     """
-    from datasets import Dataset
-
-    if any(turn.context_ids is not None for t in trajectories for turn in t.turns):
-        raise ValueError("Trajectory DPO pairs whole episodes, but these were played under context_policy='window' "
-                         "(each turn saw its own context): play them with context_policy='full'.")
+    _refuse_windowed(trajectories)
     if keys is None:
         keys = [(t.task_id, tuple(t.token_ids[: t.prompt_length])) for t in trajectories]
     if len(keys) != len(trajectories):
@@ -81,23 +78,59 @@ def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable
     for members in groups.values():
         best = max(members, key=lambda t: t.episode_return)
         worst = min(members, key=lambda t: t.episode_return)
-        if best.episode_return == worst.episode_return:
-            continue
-        prompt = best.token_ids[: best.prompt_length]
-        if prompt != worst.token_ids[: worst.prompt_length]:
-            logger.warning("Task %s: the best and worst trajectories start from different prompts; no pair.",
-                           best.task_id)
-            continue
-        rows.append({
-            "prompt_ids": list(prompt),
-            "chosen_ids": list(best.completion_ids),
-            "rejected_ids": list(worst.completion_ids),
-            "chosen_mask": _model_token_mask(best),
-            "rejected_mask": _model_token_mask(worst),
-            "task_id": best.task_id,
-            "chosen_return": best.episode_return,
-            "rejected_return": worst.episode_return,
-        })
+        if best.episode_return != worst.episode_return:
+            rows.append(_pair_row(best, worst))
+    return _pairs_dataset([row for row in rows if row is not None])
+
+
+def expert_pairs(agent: Sequence[Trajectory], expert: Sequence[Trajectory]):
+    """ETO's pairs: for every task the expert won, its episode (chosen) against the agent's worst episode of that
+    task, when that one returned less (rejected); the agent's episodes where it did as well as the expert make none.
+
+    ``agent`` and ``expert`` were played with the same rollout settings (so a task's episodes share their first
+    prompt). Returns the columns of :func:`preference_pairs`.
+    """
+    _refuse_windowed([*agent, *expert])
+    worst: dict[str, Trajectory] = {}
+    for trajectory in agent:
+        if trajectory.env_error is None and any(_model_token_mask(trajectory)):
+            if trajectory.task_id not in worst or trajectory.episode_return < worst[trajectory.task_id].episode_return:
+                worst[trajectory.task_id] = trajectory
+    rows = []
+    for demonstration in expert:
+        rejected = worst.get(demonstration.task_id)
+        if demonstration.success and rejected is not None and rejected.episode_return < demonstration.episode_return:
+            rows.append(_pair_row(demonstration, rejected))
+    return _pairs_dataset([row for row in rows if row is not None])
+
+
+def _refuse_windowed(trajectories: Sequence[Trajectory]) -> None:
+    if any(turn.context_ids is not None for t in trajectories for turn in t.turns):
+        raise ValueError("Trajectory DPO pairs whole episodes, but these were played under context_policy='window' "
+                         "(each turn saw its own context): play them with context_policy='full'.")
+
+
+def _pair_row(chosen: Trajectory, rejected: Trajectory) -> dict[str, Any] | None:
+    prompt = chosen.token_ids[: chosen.prompt_length]
+    if prompt != rejected.token_ids[: rejected.prompt_length]:
+        logger.warning("Task %s: the chosen and rejected trajectories start from different prompts; no pair.",
+                       chosen.task_id)
+        return None
+    return {
+        "prompt_ids": list(prompt),
+        "chosen_ids": list(chosen.completion_ids),
+        "rejected_ids": list(rejected.completion_ids),
+        "chosen_mask": _model_token_mask(chosen),
+        "rejected_mask": _model_token_mask(rejected),
+        "task_id": chosen.task_id,
+        "chosen_return": chosen.episode_return,
+        "rejected_return": rejected.episode_return,
+    }
+
+
+def _pairs_dataset(rows: list[dict[str, Any]]):
+    from datasets import Dataset
+
     return Dataset.from_list(rows) if rows else Dataset.from_dict({name: [] for name in (*PAIR_COLUMNS, "task_id")})
 
 
@@ -168,6 +201,12 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
         default=4, metadata={"help": "Episodes per task and round; the best and worst of them make its pair."}
     )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the collected episodes."})
+    pairs: str = field(
+        default="best_worst",
+        metadata={"help": "How a round pairs episodes: 'best_worst', the best against the worst of the policy's "
+                          "episodes of a task; 'expert', ETO's, the environment expert's won episode of the task "
+                          "against the policy's worst that returned less (the environment needs expert_action())."},
+    )
     turn_budget: int | None = field(
         default=None, metadata={"help": "Stop starting rounds once the collected episodes have played this many turns."}
     )
@@ -186,6 +225,8 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
             raise ValueError(f"num_generations must be at least 2 to make a pair, got {self.num_generations}.")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0: the episodes of a task must differ, got {self.temperature}.")
+        if self.pairs not in PAIRINGS:
+            raise ValueError(f"pairs must be one of {PAIRINGS}, got {self.pairs!r}.")
         if self.context_policy != "full":
             raise ValueError("Trajectory DPO pairs whole episodes: set context_policy='full' (a window's turns each "
                              "see their own context).")
@@ -245,7 +286,9 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
     """Rounds of collect, pair and train: ETO's iterated trajectory DPO.
 
     Each round plays ``args.tasks_per_round`` rows of ``tasks`` (cycling through them in a seeded order),
-    ``args.num_generations`` episodes each, with the current policy; pairs them (:func:`preference_pairs`); and trains
+    ``args.num_generations`` episodes each, with the current policy; pairs them (:func:`preference_pairs`, or with
+    ``args.pairs="expert"`` the expert's episode of each task against the policy's worst, :func:`expert_pairs`: ETO's
+    pairing, which explores every training task each round when ``tasks_per_round`` is their number); and trains
     on the pairs with ``TrajectoryDPOTrainer`` against the round's starting policy (a frozen copy, or the adapter
     disabled under ``peft_config``, which is merged into the model after the round). A round without a pair trains
     nothing. After each round the model is saved to ``output_dir/round-<k>`` (the previous round's folder is then
@@ -257,6 +300,7 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
         and the DPO metrics of its last logged step).
     """
     from .evaluation import ModelPolicy, evaluate
+    from .sft import expert_trajectories, usable_demonstration
 
     if args.world_size > 1:
         raise ValueError("The online DPO loop runs in one process: launch it with --num_processes 1.")
@@ -284,7 +328,12 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
                              seed=args.seed * 1_000_003 + number * 10_007, bf16=args.bf16)
         played = evaluate(policy, environment, [row for row in rows for _ in range(args.num_generations)],
                           environment_kwargs=args.environment_kwargs)
-        pairs = preference_pairs(played.trajectories)
+        if args.pairs == "expert":
+            expert = expert_trajectories(environment, rows, tokenizer, args.rollout_settings,
+                                         environment_kwargs=args.environment_kwargs)
+            pairs = expert_pairs(played.trajectories, [t for t in expert if usable_demonstration(t)])
+        else:
+            pairs = preference_pairs(played.trajectories)
         record = {"round": number, "episodes": len(played.trajectories),
                   "turns": sum(len(t.turns) for t in played.trajectories), "success": played.stats["success"],
                   "return": played.stats["return"], "format_error_rate": played.stats["format_error_rate"],

@@ -145,6 +145,69 @@ def demonstration_rows(trajectory: Trajectory) -> list[dict[str, Any]]:
     ]
 
 
+def expert_trajectories(
+    environment: str | Callable[[], Any],
+    tasks,
+    tokenizer,
+    settings: RolloutSettings | None = None,
+    *,
+    episodes: int | None = None,
+    thinking: ThinkingFunction | None = None,
+    environment_kwargs: dict[str, Any] | None = None,
+    batch_size: int = 16,
+) -> list[Trajectory]:
+    """Play the expert on ``tasks`` (the first ``episodes`` rows) with the collector, one episode per row, and return
+    its trajectories: token for token what the collector would have recorded had the policy answered as the expert
+    did. The arguments are :func:`expert_demonstrations`', except that ``environment`` may also be a zero-argument
+    factory of environments."""
+    from .envs import EnvironmentPool, load_environment
+    from .rollout.collector import RolloutCollector
+
+    settings = settings or RolloutSettings()
+    collector = RolloutCollector.from_config(tokenizer, settings)
+    if isinstance(environment, str):
+        name, factory = environment, lambda: load_environment(environment, **(environment_kwargs or {}))
+    else:
+        name, factory = getattr(environment, "__name__", "environment"), environment
+    environments = EnvironmentPool(factory)
+    first = environments.take(1)[0]
+    if not callable(getattr(first, "expert_action", None)):
+        environments.close()
+        raise ValueError(f"Environment {name!r} has no expert_action(): it cannot provide demonstrations.")
+    if settings.enable_thinking:
+        thinking = thinking or environment_thinking
+        if thinking is environment_thinking and not callable(getattr(first, "expert_thinking", None)):
+            environments.close()
+            raise ValueError(
+                f"Environment {name!r} has no expert_thinking(): pass thinking=..., or demonstrate "
+                "answer-only responses with enable_thinking=False."
+            )
+    else:
+        thinking = None
+    responder = ExpertResponder([], tokenizer, response_prefix=collector.response_prefix, thinking=thinking,
+                                actions_per_turn=settings.max_actions_per_turn, separator=settings.action_separator)
+    count = len(tasks) if episodes is None else min(int(episodes), len(tasks))
+    trajectories = []
+    try:
+        for start in range(0, count, batch_size):
+            indices = list(range(start, min(start + batch_size, count)))
+            batch = [dict(tasks[i]) for i in indices]
+            responder.environments = environments.take(len(indices))
+            played = collector.collect(responder.environments, batch, responder, indices)
+            environments.discard_timed_out(played)
+            trajectories.extend(played)
+    finally:
+        environments.close()
+    return trajectories
+
+
+def usable_demonstration(trajectory: Trajectory, only_successes: bool = True) -> bool:
+    """An expert episode fit to learn from: no malformed turn (the expert had no action), no environment error, and
+    won unless ``only_successes`` is off."""
+    usable = trajectory.env_error is None and all(turn.format_ok for turn in trajectory.turns)
+    return usable and (trajectory.success or not only_successes)
+
+
 def expert_demonstrations(
     environment: str,
     tasks,
@@ -179,51 +242,18 @@ def expert_demonstrations(
     """
     from datasets import Dataset
 
-    from .envs import EnvironmentPool, load_environment
-    from .rollout.collector import RolloutCollector
-
-    settings = settings or RolloutSettings()
-    collector = RolloutCollector.from_config(tokenizer, settings)
-    environments = EnvironmentPool(lambda: load_environment(environment, **(environment_kwargs or {})))
-    first = environments.take(1)[0]
-    if not callable(getattr(first, "expert_action", None)):
-        raise ValueError(f"Environment {environment!r} has no expert_action(): it cannot provide demonstrations.")
-    if settings.enable_thinking:
-        thinking = thinking or environment_thinking
-        if thinking is environment_thinking and not callable(getattr(first, "expert_thinking", None)):
-            raise ValueError(
-                f"Environment {environment!r} has no expert_thinking(): pass thinking=..., or demonstrate "
-                "answer-only responses with enable_thinking=False."
-            )
-    else:
-        thinking = None
-    responder = ExpertResponder([], tokenizer, response_prefix=collector.response_prefix, thinking=thinking,
-                                actions_per_turn=settings.max_actions_per_turn, separator=settings.action_separator)
-    count = len(tasks) if episodes is None else min(int(episodes), len(tasks))
-    rows, left_out = [], 0
-    try:
-        for start in range(0, count, batch_size):
-            indices = list(range(start, min(start + batch_size, count)))
-            batch = [dict(tasks[i]) for i in indices]
-            responder.environments = environments.take(len(indices))
-            played = collector.collect(responder.environments, batch, responder, indices)
-            environments.discard_timed_out(played)
-            for trajectory in played:
-                usable = trajectory.env_error is None and all(turn.format_ok for turn in trajectory.turns)
-                if usable and (trajectory.success or not only_successes):
-                    rows.extend(demonstration_rows(trajectory))
-                else:
-                    left_out += 1
-    finally:
-        environments.close()
-    if left_out:
-        logger.warning("%d of %d expert episodes were left out (not won, malformed or failed).", left_out, count)
-    if not rows:
+    played = expert_trajectories(environment, tasks, tokenizer, settings, episodes=episodes, thinking=thinking,
+                                 environment_kwargs=environment_kwargs, batch_size=batch_size)
+    kept = [t for t in played if usable_demonstration(t, only_successes)]
+    if len(kept) < len(played):
+        logger.warning("%d of %d expert episodes were left out (not won, malformed or failed).",
+                       len(played) - len(kept), len(played))
+    if not kept:
         raise ValueError(
-            f"None of the {count} expert episodes on {environment!r} is usable: raise max_turns or "
+            f"None of the {len(played)} expert episodes on {environment!r} is usable: raise max_turns or "
             "max_actions_per_trajectory so the expert can finish, or pass only_successes=False."
         )
-    return Dataset.from_list(rows)
+    return Dataset.from_list([row for trajectory in kept for row in demonstration_rows(trajectory)])
 
 
 @dataclass
