@@ -145,10 +145,12 @@ def test_trl_tool_calls_in_a_chat_templates_json(call):
 
 
 @pytest.mark.parametrize("call, error", [
-    ('{"name": "subtract", "arguments": {}}', "no tool named 'subtract'"),
+    ('<tool_call>{"name": "subtract", "arguments": {}}</tool_call>', "no tool named 'subtract'"),
     ('{"name": "add", "arguments": [1]}', "must be a JSON object"),
     ('{"name": "add", "arguments": {"size": 1}}', "missing a required argument"),
-    ('<tool_call>{"name": "add", "arguments": {"amount": 1}', "not a JSON tool call"),
+    ('{"name": "add", "arguments": {"amount": NaN}}', "NaN is not a JSON number"),
+    ('{"name": "add", "arguments": {"amount": 1}', "not a JSON tool call"),
+    ('<tool_call>{"name": "add", "arguments": {"amount": 1}}', "write <tool_call>"),
     ('{"name": "add", ' + '"x": 1, ' * 800 + '}', "longer"),
 ])
 def test_trl_malformed_json_calls_are_invalid(call, error):
@@ -157,9 +159,11 @@ def test_trl_malformed_json_calls_are_invalid(call, error):
     assert error in feedback and (reward, terminated, info) == (0.0, False, INVALID)
 
 
-def test_trl_json_that_is_no_tool_call_is_a_final_answer():
+@pytest.mark.parametrize("answer", ['{"answer": 2}', '{"name": "Alice", "age": 3}', '{"name": "subtract"}',
+                                    '{"result": "' + "x" * 5000 + '"}'])
+def test_trl_json_that_names_no_tool_is_a_final_answer(answer):
     env, _ = counter()
-    assert env.step('{"answer": 2}')[2] is True  # terminated: the final answer
+    assert env.step(answer)[2] is True  # terminated: the final answer
 
 
 @pytest.mark.parametrize("call, error", [
@@ -297,3 +301,19 @@ def test_a_chat_template_that_shows_tools_shows_the_trl_classes_tools(tiny_token
         prompts.append(tokenizer.decode(trajectory.token_ids[: trajectory.prompt_length]))
     assert "Tools:" not in prompts[0]
     assert "Tools: add(amount, note) peek() " in prompts[1]
+
+
+def test_each_episode_is_prompted_with_its_own_rows_system_message(tiny_tokenizer):
+    from conftest import ScriptedGenerator
+
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    rows = [{"task_id": f"t{i}", "target": 2, "prompt": [{"role": "system", "content": f"System of row {i}."},
+                                                          {"role": "user", "content": "Reach 2."}]} for i in (1, 2)]
+    environment = TRLEnvironmentAdapter(Counter(), system_prompt="DEFAULT")  # one instance plays both, one by one
+    collector = RolloutCollector(tiny_tokenizer, max_turns=1, max_actions_per_turn=1, enable_thinking=False)
+    for row in rows:
+        generator = ScriptedGenerator(tiny_tokenizer, {0: ["add(2)</answer>"]})
+        (trajectory,) = collector.collect([environment], [row], generator)
+        prompt = tiny_tokenizer.decode(trajectory.token_ids[: trajectory.prompt_length])
+        assert row["prompt"][0]["content"] in prompt and "DEFAULT" not in prompt

@@ -188,7 +188,8 @@ def test_online_rounds_pair_with_the_expert_as_eto_does(tmp_path, tiny_agent_dir
     model = AutoModelForCausalLM.from_pretrained(tiny_agent_dir)
     args = online_args(tmp_path, rounds=1, tasks_per_round=3, pairs="expert", max_actions_per_turn=1,
                        prefill_opening_tag=True, max_tokens_per_turn=32)
-    trained, (record,) = train_online(model, tiny_tokenizer, counter_env, task_rows("train", 3), args)
+    rows = [{key: value for key, value in row.items() if key != "task_id"} for row in task_rows("train", 3)]
+    trained, (record,) = train_online(model, tiny_tokenizer, counter_env, rows, args)  # rows without task ids
     assert record["episodes"] == 12 and record["pairs"] > 0 and "rewards/margins" in record
     with pytest.raises(ValueError, match="pairs must be one of"):
         online_args(tmp_path, pairs="ranked")

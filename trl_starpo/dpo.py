@@ -318,12 +318,16 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
             logger.info("Resuming after round %d of %d.", len(records), args.rounds)
     order = list(range(len(tasks)))
     random.Random(args.seed).shuffle(order)
+    if args.pairs == "expert":  # an environment without an expert fails now, not after a round of play
+        expert_trajectories(environment, [], tokenizer, args.rollout_settings,
+                            environment_kwargs=args.environment_kwargs)
     while len(records) < args.rounds:
         if args.turn_budget is not None and sum(r["turns"] for r in records) >= args.turn_budget:
             break
         number = len(records) + 1
         first = (number - 1) * args.tasks_per_round
-        rows = [dict(tasks[order[(first + j) % len(order)]]) for j in range(args.tasks_per_round)]
+        indices = [order[(first + j) % len(order)] for j in range(args.tasks_per_round)]
+        rows = [dict(tasks[index]) for index in indices]
         policy = ModelPolicy(model, tokenizer, args.rollout_settings, temperature=args.temperature,
                              seed=args.seed * 1_000_003 + number * 10_007, bf16=args.bf16)
         played = evaluate(policy, environment, [row for row in rows for _ in range(args.num_generations)],
@@ -331,6 +335,12 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
         if args.pairs == "expert":
             expert = expert_trajectories(environment, rows, tokenizer, args.rollout_settings,
                                          environment_kwargs=args.environment_kwargs)
+            # a task's episodes and the expert's pair by the task's row, named in case the row names none
+            names = [str(row.get("task_id", f"task-{index}")) for row, index in zip(rows, indices)]
+            for i, trajectory in enumerate(played.trajectories):
+                trajectory.task_id = names[i // args.num_generations]
+            for trajectory, name in zip(expert, names):
+                trajectory.task_id = name
             pairs = expert_pairs(played.trajectories, [t for t in expert if usable_demonstration(t)])
         else:
             pairs = preference_pairs(played.trajectories)

@@ -404,6 +404,9 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = TrlParser((DPOArguments, TrajectoryDPOConfig, ModelConfig))
     recipe, args, model_args = parser.parse_args_and_config(args=argv)
     environment = recipe.environment
+    if recipe.trajectories and args.pairs != "best_worst":
+        raise SystemExit(f"--pairs {args.pairs} plays the expert in online rounds; logged trajectories "
+                         "(--trajectories) pair the best and worst of each group: drop one of the two.")
     model_name, model_path = resolve_model(model_args, args)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:

@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> None:
                              "advantage_estimator, e.g. gigpo with --method starpo-s; default: each preset's). Records "
                              "of an ablation belong in their own --records folder.")
     parser.add_argument("--max-turns", type=int,
-                        help="Turns an episode may take (and as many actions; default: the column's), for long "
-                             "episodes, e.g. ALFWorld's 50. Records of another horizon belong in their own --records "
+                        help="Turns an episode may take (and the actions those turns allow; default: the column's), "
+                             "for long episodes, e.g. ALFWorld's 50. Records of another horizon belong in their own --records "
                              "folder.")
     parser.add_argument("--context-policy", choices=["full", "window"],
                         help="What each turn is given (StarPOConfig.context_policy; default: the column's, full); the "
@@ -105,6 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env
     methods = list(METHODS) if args.method == ["all"] else args.method
+    if args.context_policy == "window" and "dpo" in methods:
+        if args.method == ["all"]:
+            methods.remove("dpo")  # trajectory DPO pairs whole episodes: no row under a window
+        else:
+            parser.error("--context-policy window has no dpo row: trajectory DPO pairs whole episodes")
     for name in environments:
         if name not in COLUMNS:
             parser.error(f"unknown environment {name!r}; choose from {', '.join(COLUMNS)}")

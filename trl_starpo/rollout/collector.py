@@ -287,9 +287,9 @@ class RolloutCollector:
     def _start(self, env: Environment, task: dict[str, Any], group: int) -> tuple[Trajectory, str, HistoryWindow | None]:
         trajectory = Trajectory(task_id=str(task.get("task_id", group)), group=group)
         observation, system_prompt, action_description = "", "", ""
-        try:
-            system_prompt, action_description = environment_prompt(env)
+        try:  # the prompt after the reset: an environment may take it from the task row (a TRL class's does)
             observation, trajectory.start_state_key = reset_environment(env, task, self.env_timeout)
+            system_prompt, action_description = environment_prompt(env)
         except EnvironmentFault as fault:  # a broken environment fails its trajectory, never the run
             fail_trajectory(trajectory, fault)
         instructions = format_instructions(

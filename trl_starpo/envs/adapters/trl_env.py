@@ -27,6 +27,7 @@ MAX_CALL_CHARS = 4000
 
 _CALL_START = re.compile(r"\s*([A-Za-z_]\w*)\s*(\(|$)")
 _TOOL_CALL_TAGS = re.compile(r"\s*<tool_call>(.*)</tool_call>\s*", re.DOTALL)
+_JSON_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"([A-Za-z_]\w*)"')
 _RESERVED = ("reset", "get_reward")
 
 
@@ -39,8 +40,9 @@ class TRLEnvironmentAdapter(TextEnvironment):
 
     Each turn's action is either a tool call, ``name(arg=value, ...)`` with Python literals as arguments (positional
     arguments and bare words, read as strings, are accepted) or a chat template's JSON tool call,
-    ``{"name": ..., "arguments": {...}}`` (arguments may also be a JSON string, and the whole may sit inside
-    ``<tool_call>…</tool_call>``), or any other text, the final answer, which ends the episode. A call that does not parse or does not fit the tool's signature is an invalid action (the episode goes
+    ``{"name": ..., "arguments": {...}}`` whose name, its first key, is a tool's (arguments may also be a JSON string,
+    and the whole may sit inside ``<tool_call>…</tool_call>``), or any other text (other JSON included), the final
+    answer, which ends the episode. A call that does not parse or does not fit the tool's signature is an invalid action (the episode goes
     on, the error is the observation); a tool that raises returns its error to the model as TRL does, and the action
     counts as invalid. After a tool call the episode also ends when the environment's ``done`` attribute is true.
 
@@ -136,11 +138,20 @@ class TRLEnvironmentAdapter(TextEnvironment):
 
     def _parse(self, text: str) -> tuple[str, dict[str, Any]] | None:
         """``(tool, arguments)`` for a tool call, ``None`` for a final answer; raises ``InvalidToolCall``."""
-        if text.lstrip().startswith(("{", "<tool_call>")):
+        if text.lstrip().startswith("<tool_call>"):  # tagged: meant as a call, so held to being one
             if len(text) > MAX_CALL_CHARS:
                 raise InvalidToolCall(f"longer than {MAX_CALL_CHARS} characters")
             tagged = _TOOL_CALL_TAGS.fullmatch(text)
-            return self._parse_json(tagged.group(1) if tagged else text)
+            if tagged is None:
+                raise InvalidToolCall("write <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>")
+            return self._parse_json(tagged.group(1))
+        if text.lstrip().startswith("{"):  # a call only where it names a tool; other JSON is an answer
+            named = _JSON_NAME.match(text)
+            if named is None or named.group(1) not in self.tools:
+                return None
+            if len(text) > MAX_CALL_CHARS:
+                raise InvalidToolCall(f"longer than {MAX_CALL_CHARS} characters")
+            return self._parse_json(text)
         start = _CALL_START.match(text)
         if start is None or start.group(1) not in self.tools:
             return None
@@ -162,22 +173,20 @@ class TRLEnvironmentAdapter(TextEnvironment):
             kwargs = {keyword.arg: _literal(keyword.value) for keyword in node.keywords}
         return name, self._bind(name, args, kwargs)
 
-    def _parse_json(self, text: str) -> tuple[str, dict[str, Any]] | None:
-        """A chat template's tool call, ``{"name": ..., "arguments": {...}}``; other JSON is a final answer."""
+    def _parse_json(self, text: str) -> tuple[str, dict[str, Any]]:
+        """A chat template's tool call, ``{"name": ..., "arguments": {...}}``; raises ``InvalidToolCall``."""
         try:
-            call = json.loads(text)
+            call = json.loads(text, parse_constant=_no_constant)
         except (ValueError, RecursionError) as error:
-            if text.lstrip().startswith("{") and '"name"' not in text:
-                return None  # JSON-looking text that names no tool: an answer
             raise InvalidToolCall(f"not a JSON tool call: {error}") from None
         if not isinstance(call, dict) or "name" not in call:
-            return None
+            raise InvalidToolCall('write {"name": ..., "arguments": {...}}')
         name, arguments = call["name"], call.get("arguments", call.get("parameters", {}))
         if not isinstance(name, str) or name not in self.tools:
             raise InvalidToolCall(f"no tool named {str(name)[:60]!r}; the tools are {', '.join(self.tools)}")
         if isinstance(arguments, str):  # OpenAI's form: the arguments as a JSON string
             try:
-                arguments = json.loads(arguments) if arguments.strip() else {}
+                arguments = json.loads(arguments, parse_constant=_no_constant) if arguments.strip() else {}
             except (ValueError, RecursionError) as error:
                 raise InvalidToolCall(f"{name}: the arguments are not JSON: {error}") from None
         if not isinstance(arguments, dict):
@@ -222,6 +231,10 @@ def from_environment_factory(environment_factory: Callable[[], Any], **kwargs: A
 
     factory.__name__ = getattr(environment_factory, "__name__", "trl_environment")
     return factory
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _literal(node: ast.AST) -> Any:
