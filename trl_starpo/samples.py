@@ -62,33 +62,40 @@ def padded_count(count: int, multiple: int, counts_elsewhere: list[int] | None =
     return max(multiple, -(-most // multiple) * multiple)
 
 
-def sample_tensors(samples: list[TurnSample], rows: int, pad_id: int, multiple: int | None = None) -> dict:
-    """GRPO's prompt / completion layout of ``samples``, plus ``rows - len(samples)`` padding rows (one pad token of
-    prompt and of completion, attended to so that every row's attention is well defined, with nothing to train).
-
-    ``tool_mask`` is 1 on the model's tokens of real samples; ``segments`` holds the labels (padding: template).
-    """
+def padded_rows(prompts: list[list[int]], completions: list[list[int]], segments: list[list[int]], pad_id: int,
+                multiple: int | None = None) -> dict:
+    """GRPO's prompt / completion layout: prompts left-padded, completions and their segment labels right-padded,
+    ``tool_mask`` 1 on the model's tokens. An empty completion becomes one pad token (a template token), so every
+    row's shapes and attention stay valid."""
     from trl.trainer.utils import pad
 
-    filler = rows - len(samples)
-    if filler < 0:
-        raise ValueError(f"{len(samples)} samples do not fit {rows} rows.")
-    prompts = [torch.tensor(s.prompt, dtype=torch.long) for s in samples] + [torch.tensor([pad_id])] * filler
-    completions = [torch.tensor(s.completion, dtype=torch.long) for s in samples] + [torch.tensor([pad_id])] * filler
-    labels = [torch.tensor(s.segments, dtype=torch.long) for s in samples]
-    labels += [torch.tensor([int(Segment.TEMPLATE)])] * filler
+    prompt_rows = [torch.tensor(p, dtype=torch.long) for p in prompts]
+    completion_rows = [torch.tensor(c or [pad_id], dtype=torch.long) for c in completions]
+    label_rows = [torch.tensor(s or [int(Segment.TEMPLATE)], dtype=torch.long) for s in segments]
     tensors = {
-        "prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple),
-        "prompt_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left",
+        "prompt_ids": pad(prompt_rows, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple),
+        "prompt_mask": pad([torch.ones_like(p) for p in prompt_rows], padding_value=0, padding_side="left",
                            pad_to_multiple_of=multiple),
-        "completion_ids": pad(completions, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple),
-        "completion_mask": pad([torch.ones_like(c) for c in completions], padding_value=0, padding_side="right",
+        "completion_ids": pad(completion_rows, padding_value=pad_id, padding_side="right",
+                              pad_to_multiple_of=multiple),
+        "completion_mask": pad([torch.ones_like(c) for c in completion_rows], padding_value=0, padding_side="right",
                                pad_to_multiple_of=multiple),
-        "segments": pad(labels, padding_value=int(Segment.TEMPLATE), padding_side="right",
+        "segments": pad(label_rows, padding_value=int(Segment.TEMPLATE), padding_side="right",
                         pad_to_multiple_of=multiple),
     }
     tensors["tool_mask"] = torch.isin(tensors["segments"], torch.tensor([int(s) for s in MODEL_SEGMENTS])).long()
     return tensors
+
+
+def sample_tensors(samples: list[TurnSample], rows: int, pad_id: int, multiple: int | None = None) -> dict:
+    """:func:`padded_rows` of ``samples``, plus ``rows - len(samples)`` padding rows (one pad token of prompt and of
+    completion, attended to so that every row's attention is well defined, with nothing to train)."""
+    filler = rows - len(samples)
+    if filler < 0:
+        raise ValueError(f"{len(samples)} samples do not fit {rows} rows.")
+    return padded_rows([s.prompt for s in samples] + [[pad_id]] * filler,
+                       [s.completion for s in samples] + [[pad_id]] * filler,
+                       [s.segments for s in samples] + [[int(Segment.TEMPLATE)]] * filler, pad_id, multiple)
 
 
 def per_sample(values: torch.Tensor, samples: list[TurnSample], rows: int, width: int) -> torch.Tensor:

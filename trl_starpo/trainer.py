@@ -24,7 +24,7 @@ from trl.models import unwrap_model_for_generation
 from transformers import Trainer
 from transformers.trainer import TRAINING_ARGS_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl.trainer.utils import pad, use_adapter
+from trl.trainer.utils import use_adapter
 
 from .algorithms.advantages import group_relative_advantages, token_advantages
 from .algorithms.estimators import CRITIC_ESTIMATORS, ESTIMATORS, AdvantageBatch, EstimatorSettings
@@ -58,9 +58,10 @@ from .rollout.generation import CachedTransformersGenerator
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import PER_ACTION, STAT_NAMES, mean_stats, trajectory_stats
 from .samples import (
-    padded_count, per_row, per_sample, row_chunks, sample_tensors, states_in_trajectory_layout, turn_samples,
+    padded_count, padded_rows, per_row, per_sample, row_chunks, sample_tensors, states_in_trajectory_layout,
+    turn_samples,
 )
-from .trajectory import MODEL_SEGMENTS, Segment, Trajectory
+from .trajectory import Trajectory
 
 
 logger = get_logger(__name__)
@@ -490,30 +491,12 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         return estimate
 
     def _trajectory_tensors(self, trajectories: list[Trajectory], device) -> dict[str, torch.Tensor]:
-        """Pad trajectories into GRPO's prompt / completion layout, with the model-token mask as ``tool_mask``."""
-        pad_id = self._tokenizer.pad_token_id
-        prompts = [torch.tensor(t.token_ids[: t.prompt_length], dtype=torch.long) for t in trajectories]
-        # An episode whose environment failed at reset has no completion; one pad token keeps the shapes valid.
-        completions = [torch.tensor(t.completion_ids or [pad_id], dtype=torch.long) for t in trajectories]
-        segments = [
-            torch.tensor(t.completion_segments or [int(Segment.TEMPLATE)], dtype=torch.long) for t in trajectories
-        ]
-        model_token = torch.tensor([int(s) for s in MODEL_SEGMENTS])
-        multiple = self.pad_to_multiple_of
-        tensors = {
-            "prompt_ids": pad(prompts, padding_value=pad_id, padding_side="left", pad_to_multiple_of=multiple),
-            "prompt_mask": pad(
-                [torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left", pad_to_multiple_of=multiple
-            ),
-            "completion_ids": pad(completions, padding_value=pad_id, padding_side="right", pad_to_multiple_of=multiple),
-            "completion_mask": pad(
-                [torch.ones_like(c) for c in completions], padding_value=0, padding_side="right", pad_to_multiple_of=multiple
-            ),
-            "segments": pad(
-                segments, padding_value=int(Segment.TEMPLATE), padding_side="right", pad_to_multiple_of=multiple
-            ),
-        }
-        tensors["tool_mask"] = torch.isin(tensors["segments"], model_token).long()
+        """Pad trajectories into GRPO's prompt / completion layout, with the model-token mask as ``tool_mask`` (an
+        episode whose environment failed at reset has no completion: it gets one pad token)."""
+        tensors = padded_rows([t.token_ids[: t.prompt_length] for t in trajectories],
+                              [t.completion_ids for t in trajectories],
+                              [t.completion_segments for t in trajectories],
+                              self._tokenizer.pad_token_id, self.pad_to_multiple_of)
         return {key: value.to(device) for key, value in tensors.items()}
 
     def _turn_sample_tensors(self, samples, mode: str, device) -> dict[str, torch.Tensor]:
