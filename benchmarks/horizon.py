@@ -12,7 +12,7 @@ RSS of the whole process.
 system prompt, the task and the last ``--history-turns`` turns and trains each turn as its own sample
 (``StarPOConfig.context_policy``).
 
-Usage: ``python benchmarks/horizon.py`` (about 20 minutes on 2 CPU cores) or ``--quick`` for a smoke run. Figures
+Usage: ``python benchmarks/horizon.py`` (about 30 minutes on 2 CPU cores) or ``--quick`` for a smoke run. Figures
 are printed, appended to ``RESULTS.md`` and kept as JSON under ``horizon_runs/``.
 """
 
