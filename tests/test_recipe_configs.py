@@ -79,12 +79,14 @@ def test_dpo_config_plays_the_episodes_of_its_warm_start():
     from trl_starpo.recipes import EvaluationArguments
     from trl_starpo.sft import ExpertSFTConfig
 
-    _, dpo, model = parse_dpo(ROOT / "recipes/configs/dpo.yaml")
-    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+    recipe, dpo, model = parse_dpo(ROOT / "recipes/configs/dpo.yaml")
+    _, sft, sft_model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
         args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
     )
     assert dpo.rollout_settings == sft.rollout_settings
-    assert model.model_name_or_path == sft.output_dir
+    # it starts from the shipped adapter that recipe built, on the model that adapter was trained on
+    assert recipe.warm_start == "recipes/warm_starts/alfworld"
+    assert model.model_name_or_path == sft_model.model_name_or_path
 
 
 def test_recipes_watch_for_the_echo_trap_unless_told_not_to(tmp_path):

@@ -90,6 +90,50 @@ def test_a_recipe_from_a_warm_start_reports_untrained_warm_start_and_trained(
     assert record["training"]["warm_start"] == str(adapter_dir)
 
 
+def dpo_arguments(model_dir, out, counter_env):
+    return ["--environment", counter_env, "--model_name_or_path", model_dir, "--output_dir", str(out),
+            "--rounds", "1", "--tasks_per_round", "2", "--num_generations", "2", "--max_turns", "2",
+            "--max_tokens_per_turn", "16", "--max_context_length", "512", "--eval_episodes", "0", "--report_to", "none"]
+
+
+def test_the_dpo_recipe_starts_from_the_warm_start(adapter_dir, tiny_model_dir, tmp_path, monkeypatch, counter_env):
+    from transformers import AutoModelForCausalLM
+
+    import trl_starpo.dpo
+    from trl_starpo.models import merged_warm_start
+    from trl_starpo.recipes import run_dpo
+
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    started_from = []
+
+    def one_round(model, tokenizer, environment, tasks, args, peft_config=None):
+        started_from.append({k: v.clone() for k, v in model.state_dict().items()})
+        return model, [{"round": 1, "pairs": 2, "success": 0.5}]
+
+    monkeypatch.setattr(trl_starpo.dpo, "train_online", one_round)
+    out = tmp_path / "dpo"
+    run_dpo(dpo_arguments(tiny_model_dir, out, counter_env) + ["--warm_start", str(adapter_dir)])
+    merged = AutoModelForCausalLM.from_pretrained(merged_warm_start(tiny_model_dir, str(adapter_dir))).state_dict()
+    assert all(torch.equal(started_from[0][name], merged[name]) for name in merged)
+    record = json.loads((out / "starpo_agent.json").read_text())
+    assert record["training"]["warm_start"] == str(adapter_dir)
+
+
+def test_a_dpo_run_whose_rounds_formed_no_pair_fails_and_saves_nothing(tiny_model_dir, tmp_path, monkeypatch,
+                                                                      counter_env):
+    import trl_starpo.dpo
+    from trl_starpo.recipes import run_dpo
+
+    def tied_rounds(model, tokenizer, environment, tasks, args, peft_config=None):
+        return model, [{"round": 1, "pairs": 0, "success": 0.0}]
+
+    monkeypatch.setattr(trl_starpo.dpo, "train_online", tied_rounds)
+    out = tmp_path / "dpo"
+    with pytest.raises(SystemExit, match="No DPO round formed a preference pair"):
+        run_dpo(dpo_arguments(tiny_model_dir, out, counter_env))
+    assert not (out / "model.safetensors").exists() and not (out / "starpo_agent.json").exists()
+
+
 def test_an_sft_run_with_lora_leaves_its_adapter_in_bf16_as_a_warm_start(counter_env, tiny_model_dir, tmp_path,
                                                                          monkeypatch):
     from peft import AutoPeftModelForCausalLM

@@ -61,16 +61,22 @@ class EvaluationArguments:
 
 
 @dataclass
-class RecipeArguments(EvaluationArguments):
-    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source, the validation episodes, played
-    before and after training, and the warm start. (What is kept of the run, the trajectory store, its HTML sample
-    and the agent files, are ``StarPOConfig`` fields.)"""
+class WarmStartArguments(EvaluationArguments):
+    """The task source, the validation episodes and the warm start of a recipe that starts from an SFT adapter."""
 
     warm_start: str | None = field(
         default=None,
         metadata={"help": "A LoRA adapter folder (an SFT run's, e.g. recipes/warm_starts/alfworld) merged into the "
-                          "model before training; validation then also plays the model without it ('untrained')."},
+                          "model before training (the StarPO recipes' validation also plays the model without it, "
+                          "'untrained')."},
     )
+
+
+@dataclass
+class RecipeArguments(WarmStartArguments):
+    """What a recipe adds to ``StarPOConfig`` and ``ModelConfig``: the task source, the validation episodes, played
+    before and after training, and the warm start. (What is kept of the run, the trajectory store, its HTML sample
+    and the agent files, are ``StarPOConfig`` fields.)"""
 
 
 def recipe_parser() -> TrlParser:
@@ -376,7 +382,7 @@ def evaluate_splits(policy, environment: str, recipe: EvaluationArguments, envir
 
 
 @dataclass
-class DPOArguments(EvaluationArguments):
+class DPOArguments(WarmStartArguments):
     """What the trajectory-DPO recipe adds to ``TrajectoryDPOConfig`` and ``ModelConfig``."""
 
     environment: str = field(default="alfworld", metadata={"help": "The installed environment to play and train on."})
@@ -408,6 +414,8 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         raise SystemExit(f"--pairs {args.pairs} plays the expert in online rounds; logged trajectories "
                          "(--trajectories) pair the best and worst of each group: drop one of the two.")
     model_name, model_path = resolve_model(model_args, args)
+    if recipe.warm_start:
+        model_path = merged_warm_start(model_path, recipe.warm_start)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -433,12 +441,20 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         tasks = load_tasks(environment, split="train", source=recipe.tasks)
         model, rounds = train_online(model, tokenizer, environment, tasks, args, peft_config=peft_config)
         steps = len(rounds)
+        if not any(round_record["pairs"] for round_record in rounds):
+            raise SystemExit(f"No DPO round formed a preference pair: in every round each task's "
+                             f"{args.num_generations} episodes returned the same (success "
+                             f"{[r['success'] for r in rounds]}), so the model was not trained and nothing is saved. "
+                             "Start from a warm start that wins some episodes (--warm_start), raise num_generations "
+                             "or tasks_per_round, or use --pairs expert.")
     after = validate("after DPO")
     results = {split: {"before": before[split], "after": after[split]} for split in before}
 
     model.save_pretrained(args.output_dir)
     tokenizer.save_pretrained(args.output_dir)
     record = AgentRecord.from_config(args, environments=[environment], base_model=model_name, global_step=steps)
+    if recipe.warm_start:
+        record.training["warm_start"] = recipe.warm_start
     if results:
         primary = recipe.eval_splits[0]
         record.validation = {"split": primary, "episodes": recipe.eval_episodes,
