@@ -11,7 +11,8 @@ The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field
 import sys
 from pathlib import Path
 
-# Python puts this script's folder first on the import path, where this file would shadow the `alfworld` package.
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from trl_starpo.recipes import run  # noqa: E402

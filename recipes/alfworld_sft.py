@@ -12,7 +12,8 @@ have not seen one to take. Try garbagecan 1.``). The pipeline is
 import sys
 from pathlib import Path
 
-# Python puts this script's folder first on the import path, where recipes/alfworld.py would shadow `alfworld`.
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from trl_starpo.recipes import run_sft  # noqa: E402

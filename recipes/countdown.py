@@ -8,7 +8,14 @@ r"""StarPO on Countdown (one turn: an arithmetic expression).
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
 """
 
-from trl_starpo.recipes import run
+import sys
+from pathlib import Path
+
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
+sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+from trl_starpo.recipes import run  # noqa: E402
 
 if __name__ == "__main__":
     run(environment="countdown")

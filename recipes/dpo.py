@@ -10,7 +10,14 @@ starting policy; only the model's own tokens enter the log-ratios. The pipeline 
 every TrajectoryDPOConfig / ModelConfig field is a flag or a YAML key.
 """
 
-from trl_starpo.recipes import run_dpo
+import sys
+from pathlib import Path
+
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
+sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+from trl_starpo.recipes import run_dpo  # noqa: E402
 
 if __name__ == "__main__":
     run_dpo()

@@ -11,7 +11,14 @@ The model must use the tokenizer the trajectories were logged with. The pipeline
 `trl_starpo.recipes.run_offline`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
 """
 
-from trl_starpo.recipes import run_offline
+import sys
+from pathlib import Path
+
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
+sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+from trl_starpo.recipes import run_offline  # noqa: E402
 
 if __name__ == "__main__":
     run_offline()
