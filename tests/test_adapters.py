@@ -63,6 +63,19 @@ def test_gymnasium_checks_the_action_space_and_its_own_arguments():
         GymnasiumAdapter(gym.make("FrozenLake-v1"), action_names=["a", "b", "c"])
 
 
+def test_gymnasium_prompt_shows_a_real_action_as_the_example(tiny_tokenizer):
+    from trl_starpo.rollout.collector import RolloutCollector
+
+    assert make_lake().example_action == "Left"
+    assert make_lake(example_action="Down").example_action == "Down"
+    assert GymnasiumAdapter(gym.make("FrozenLake-v1", desc=LAKE)).example_action == "0"
+    assert GymnasiumAdapter(gym.make("FrozenLake-v1", desc=LAKE), parse_action=int).example_action is None
+    collector = RolloutCollector(tiny_tokenizer, max_turns=1, enable_thinking=False)
+    trajectory, _, _ = collector._start(make_lake(), {"task_id": "t", "seed": 0}, group=0)
+    prompt = tiny_tokenizer.decode(trajectory.token_ids[: trajectory.prompt_length])
+    assert "for example <answer>Left</answer>. Valid actions: Left, Down, Right, Up." in prompt
+
+
 def test_gymnasium_adapter_plays_the_random_baseline_by_name():
     tasks = [{"task_id": f"t{i}", "seed": i} for i in range(6)]
     result = evaluate(RandomPolicy(seed=0), make_lake, tasks)

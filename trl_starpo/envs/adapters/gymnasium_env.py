@@ -32,6 +32,9 @@ class GymnasiumAdapter(TextEnvironment):
         system_prompt: The task and rules, shown once before the first observation.
         action_description: The valid actions in a few words; by default the action names, or the integer range of
             a ``Discrete`` space.
+        example_action: One action the response format's example shows (``<answer>Left</answer>``); by default the
+            first action of a ``Discrete`` space read by the default parser. Without one, a small model from
+            scratch mostly answers with something else than an action.
         is_success: ``(reward, terminated, info) -> bool`` after a step; by default ``info["is_success"]`` where
             the environment reports it, else ``terminated and reward > 0``.
         make_kwargs: Keyword arguments of ``gymnasium.make`` when ``env`` is an id.
@@ -49,6 +52,7 @@ class GymnasiumAdapter(TextEnvironment):
         action_names: Sequence[str] | None = None,
         system_prompt: str = "",
         action_description: str | None = None,
+        example_action: str | None = None,
         is_success: Callable[[float, bool, dict], bool] | None = None,
         **make_kwargs: Any,
     ):
@@ -74,6 +78,7 @@ class GymnasiumAdapter(TextEnvironment):
         self.is_success = is_success or _default_success
         if parse_action is not None or not discrete:
             self.admissible_actions = None  # the random baseline needs a finite set of texts the parser reads
+        self.example_action = example_action or (self.admissible_actions()[0] if self.admissible_actions else None)
         self._observation = None
         self._text = ""
 
