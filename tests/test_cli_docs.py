@@ -14,11 +14,11 @@ from trl_starpo.cli import main
 
 ROOT = Path(__file__).parents[1]
 SMALL_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
-# Only for time: two training steps instead of fifty, saved every step instead of every 25. The tiny agent's Sokoban
+# Only for time: two training steps instead of eight, saved every step instead of every 4. The tiny agent's Sokoban
 # rollouts all earn the same return, and a run that changes nothing saves no agent: a small entropy bonus gives its
 # two updates a gradient, so the commands after it have an agent to play.
-FASTER = {"--max_steps 50": "--max_steps 2 --entropy_coef 0.01", "--save_steps 25": "--save_steps 1",
-          "checkpoint-25": "checkpoint-1"}
+FASTER = {"--max_steps 8": "--max_steps 2 --entropy_coef 0.01", "--save_steps 4": "--save_steps 1",
+          "checkpoint-4": "checkpoint-1"}
 
 
 def documented_commands() -> list[str]:
