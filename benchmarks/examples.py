@@ -87,7 +87,10 @@ EXAMPLES = (
             command="accelerate launch --num_processes 1 recipes/dpo.py --config recipes/configs/dpo.yaml "
                     "--trajectories outputs/alfworld-starpo/trajectories",
             needs="needs the trajectory store of an earlier ALFWorld run"),
-    Example("offline", "docs/trajectories.md", command="python recipes/offline.py",
+    Example("offline", "docs/trajectories.md",
+            command="python recipes/offline.py --trajectories outputs/sokoban-starpo/trajectories "
+                    "--model_name_or_path HuggingFaceTB/SmolLM2-135M-Instruct --output_dir outputs/sokoban-offline "
+                    "--num_generations 4 --per_device_train_batch_size 8 --max_steps 20",
             needs="needs the trajectory store of an earlier Sokoban run"),
     Example("frozenlake-qwen", "docs/quickstart.md",
             command="accelerate launch recipes/frozenlake.py --config recipes/configs/frozenlake.yaml "
@@ -99,23 +102,24 @@ EXAMPLES = (
             needs="needs 8 GPUs"),
     Example("deepspeed-8-gpus", "docs/quickstart.md",
             command="accelerate launch --config_file recipes/accelerate_configs/deepspeed_zero3.yaml "
-                    "--num_processes 8 recipes/alfworld.py",
+                    "--num_processes 8 recipes/alfworld.py --config recipes/configs/alfworld.yaml "
+                    "--model_name_or_path Qwen/Qwen2.5-7B-Instruct",
             needs="needs 8 GPUs and DeepSpeed"),
     Example("byo-openenv", "docs/byo_environment.md", block="docs/byo_environment.md#openenv",
             needs="needs the OpenEnv server of the page running (tests/test_byo_docs.py starts one)"),
+    Example("sft-python", "docs/quickstart.md", block="docs/quickstart.md#sft",
+            needs="is the ALFWorld SFT recipe in Python, whose runs have their own records"),
+    Example("monitor", "docs/monitoring.md", block="docs/monitoring.md#monitor",
+            needs="is a fragment: the model and the detectors are yours"),
 )
 BY_NAME = {example.name: example for example in EXAMPLES}
 
 
 def python_block(block: str) -> str:
-    """The code of a README section's first Python block, or of a docs page's ``<!-- example: NAME -->`` block."""
+    """The code of the Python block marked ``<!-- example: NAME -->`` in a page (``"PAGE#NAME"``)."""
     page, _, name = block.partition("#")
     text = (ROOT / page).read_text(encoding="utf-8")
-    if page == "README.md":
-        section = text.split(f"## {name.capitalize()}", 1)[1]
-        match = re.search(r"```python\n(.*?)```", section, re.S)
-    else:
-        match = re.search(rf"<!-- example: {re.escape(name)} -->\n```python\n(.*?)```", text, re.S)
+    match = re.search(rf"<!-- example: {re.escape(name)} -->\n```python\n(.*?)```", text, re.S)
     if not match:
         raise SystemExit(f"{page} has no Python block {name!r}")
     return match.group(1)
@@ -188,8 +192,8 @@ def run_example(example: Example, scratch: Path) -> dict:
     }
     if example.command:
         state_file, rounds_file = out / "trainer_state.json", out / "rounds.json"
-        if rounds_file.exists():
-            log_history = json.loads(rounds_file.read_text())
+        if rounds_file.exists():  # trajectory DPO: one record per round; a round without pairs trained nothing
+            log_history = [{"grad_norm": 0.0, **entry} for entry in json.loads(rounds_file.read_text())]
         else:
             log_history = json.loads(state_file.read_text())["log_history"] if state_file.exists() else []
         results_file = out / "validation_results.json"

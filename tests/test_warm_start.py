@@ -124,14 +124,11 @@ def test_a_dpo_run_whose_rounds_formed_no_pair_fails_and_saves_nothing(tiny_mode
     import trl_starpo.dpo
     from trl_starpo.recipes import run_dpo
 
-    def tied_rounds(model, tokenizer, environment, tasks, args, peft_config=None):
-        return model, [{"round": 1, "pairs": 0, "success": 0.0}]
-
-    monkeypatch.setattr(trl_starpo.dpo, "train_online", tied_rounds)
+    monkeypatch.setattr(trl_starpo.dpo, "preference_pairs", lambda trajectories: [])  # every group tied
     out = tmp_path / "dpo"
     with pytest.raises(SystemExit, match="No DPO round formed a preference pair"):
-        run_dpo(dpo_arguments(tiny_model_dir, out, counter_env))
-    assert not (out / "model.safetensors").exists() and not (out / "starpo_agent.json").exists()
+        run_dpo(dpo_arguments(tiny_model_dir, out, counter_env) + ["--rounds", "2"])
+    assert not out.exists() or not any(out.iterdir())  # no round's model, rounds.json, model or record
 
 
 def test_an_sft_run_with_lora_leaves_its_adapter_in_bf16_as_a_warm_start(counter_env, tiny_model_dir, tmp_path,

@@ -381,6 +381,18 @@ def evaluate_splits(policy, environment: str, recipe: EvaluationArguments, envir
     return results
 
 
+def discard_untrained_rounds(output_dir: Path) -> None:
+    """Remove what the rounds of a DPO run that trained nothing saved (each round's model, ``rounds.json``), so that
+    neither a resume nor a later reader takes them for a trained run."""
+    import shutil
+
+    from .dpo import ROUNDS_FILE
+
+    for folder in output_dir.glob("round-*"):
+        shutil.rmtree(folder, ignore_errors=True)
+    (output_dir / ROUNDS_FILE).unlink(missing_ok=True)
+
+
 @dataclass
 class DPOArguments(WarmStartArguments):
     """What the trajectory-DPO recipe adds to ``TrajectoryDPOConfig`` and ``ModelConfig``."""
@@ -442,11 +454,12 @@ def run_dpo(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         model, rounds = train_online(model, tokenizer, environment, tasks, args, peft_config=peft_config)
         steps = len(rounds)
         if not any(round_record["pairs"] for round_record in rounds):
-            raise SystemExit(f"No DPO round formed a preference pair: in every round each task's "
-                             f"{args.num_generations} episodes returned the same (success "
+            discard_untrained_rounds(Path(args.output_dir))
+            other_pairing = " or use --pairs expert" if args.pairs != "expert" else ""
+            raise SystemExit(f"No DPO round formed a preference pair (success by round: "
                              f"{[r['success'] for r in rounds]}), so the model was not trained and nothing is saved. "
                              "Start from a warm start that wins some episodes (--warm_start), raise num_generations "
-                             "or tasks_per_round, or use --pairs expert.")
+                             f"or tasks_per_round{other_pairing}.")
     after = validate("after DPO")
     results = {split: {"before": before[split], "after": after[split]} for split in before}
 
