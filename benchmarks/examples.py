@@ -220,8 +220,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.child:
-        run_block(args.child[0], Path(args.child[1]))
+    if args.child:  # only a block this file lists is ever run: the argument names it, it does not supply it
+        block = args.child[0]
+        if block not in {example.block for example in EXAMPLES if example.block and not example.needs}:
+            raise SystemExit(f"{block!r} is not a runnable example block of this file")
+        run_block(block, Path(args.child[1]))
         return 0
     if args.list:
         for example in EXAMPLES:

@@ -80,3 +80,10 @@ def test_moved_means_a_finite_nonzero_gradient():
 def test_an_example_is_a_command_or_a_block():
     with pytest.raises(ValueError, match="exactly one"):
         examples.Example("both", "README.md", command="make train", block="README.md#quickstart")
+
+
+def test_the_child_runs_only_listed_blocks(tmp_path):
+    for block in ("docs/../../etc/passwd#x", "docs/monitoring.md#monitor"):  # not listed / listed but not runnable
+        with pytest.raises(SystemExit, match="not a runnable example block"):
+            examples.main(["--child", block, str(tmp_path / "state.json")])
+    assert not (tmp_path / "state.json").exists()
