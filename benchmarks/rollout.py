@@ -14,6 +14,11 @@ With ``--batch-sizes`` (default 4, 16 and 64), the cached and necessary paths ar
 size on the same turns, for a table of generated tokens/s. What a training step costs is measured by
 ``benchmarks/update.py``.
 
+The model is the one training samples from: by default SmolLM2 with a LoRA adapter of rank 16 on every projection
+(the recipes' default), under bf16 autocast (``--precision``), with the frozen weights held in bf16 for the rollout
+as the trainer holds them. Each figure is set against what the machine can do at best, measured in the same run: the
+bf16 (or fp32) matmul peak, and the memory bandwidth, which bounds a decode step that must read every weight once.
+
 Usage: ``python benchmarks/rollout.py`` (about 12 minutes on 2 CPU cores) or ``--quick`` for a smoke run.
 """
 
@@ -28,6 +33,7 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,11 +42,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from peaks import matmul_peak, memory_bandwidth  # noqa: E402
 from provenance import describe, provenance  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
 
 from trl_starpo import load_environment, load_tasks, resolve_model_path  # noqa: E402
 from trl_starpo.rollout.generation import CachedTransformersGenerator, TransformersGenerator  # noqa: E402
+from trl_starpo.rollout.precision import frozen_weights_in_autocast_dtype  # noqa: E402
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 PATHS = ("necessary", "naive", "cached")
@@ -70,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--observation-tokens", type=int, default=60, help="Tokens appended after each turn.")
     parser.add_argument("--repeats", type=int, default=2, help="Timed runs of each path (the median is reported).")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice).")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                        help="bf16: under bf16 autocast, as training with bf16=True samples (default); fp32: no autocast.")
+    parser.add_argument("--lora-r", type=int, default=16, help="LoRA rank on every projection (0: the bare model).")
     parser.add_argument("--quick", action="store_true", help="A small run (8 rows, 3 turns, 1 repeat) to smoke-test.")
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=[4, 16, 64],
                         help="Batch sizes of the generated-tokens/s table (none: no table).")
@@ -151,13 +162,37 @@ def time_paths(
     return seconds
 
 
-def batch_size_table(model, tokenizer, prompt, observation, workload: Workload, batch_sizes: list[int]) -> str:
-    """Generated tokens/s of the cached and the necessary path at each batch size (one timed run each)."""
+@dataclass(frozen=True)
+class Ceilings:
+    """The machine's best, measured in this run, and what the model costs against it."""
+
+    matmul_gflops: float  # GEMM peak in the sampling precision
+    bandwidth_gbs: float  # large-copy memory bandwidth
+    flop_per_token: float  # 2 x parameters: one forward of one token, attention aside
+    weight_bytes: float  # every weight in the dtype its matmuls read it in, read once per decode step
+
+    def decode_bound(self, batch: int) -> float:
+        """Generated tokens/s if a decode step cost only reading every weight once at the measured bandwidth."""
+        return batch * self.bandwidth_gbs * 1e9 / self.weight_bytes
+
+
+def ceilings(model, precision: str) -> Ceilings:
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    parameters = sum(p.numel() for p in model.parameters())
+    return Ceilings(matmul_peak(dtype), memory_bandwidth(), 2.0 * parameters, parameters * dtype.itemsize)
+
+
+def batch_size_table(model, tokenizer, prompt, observation, workload: Workload, batch_sizes: list[int],
+                     ceiling: Ceilings) -> str:
+    """Generated tokens/s of the cached and the necessary path at each batch size (one timed run each), with the
+    cached path's necessary GFLOP/s (every prompt, observation and generated token once) against the matmul peak and
+    its generated tokens/s against the decode bound that reading every weight once per step sets."""
     lines = [
         f"Generated tokens/s by batch size ({workload.turns} turns of {workload.new_tokens} tokens, one run each):",
         "",
-        "| batch | cached tokens/s | necessary tokens/s | cached / necessary (time) |",
-        "|---:|---:|---:|---:|",
+        "| batch | cached tokens/s | necessary tokens/s | cached / necessary (time) | cached GFLOP/s "
+        "| of the matmul peak | weight-read bound tokens/s | cached, of that bound |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size in batch_sizes:
         sized = Workload(size, workload.turns, workload.new_tokens, workload.observation_tokens)
@@ -169,9 +204,14 @@ def batch_size_table(model, tokenizer, prompt, observation, workload: Workload, 
             runs[path]()
             seconds[path] = time.perf_counter() - start
         print(f"  batch {size}: {json.dumps({k: round(v, 1) for k, v in seconds.items()})}", flush=True)
+        tokens_per_s = sized.generated_tokens / seconds["cached"]
+        processed = size * (len(prompt) + sized.turns * sized.new_tokens + (sized.turns - 1) * len(observation))
+        gflops = processed * ceiling.flop_per_token / seconds["cached"] / 1e9
+        bound = ceiling.decode_bound(size)
         lines.append(
-            f"| {size} | {sized.generated_tokens / seconds['cached']:.1f} "
-            f"| {sized.generated_tokens / seconds['necessary']:.1f} | {seconds['cached'] / seconds['necessary']:.2f} |"
+            f"| {size} | {tokens_per_s:.1f} | {sized.generated_tokens / seconds['necessary']:.1f} "
+            f"| {seconds['cached'] / seconds['necessary']:.2f} | {gflops:.0f} | {gflops / ceiling.matmul_gflops:.1%} "
+            f"| {bound:.0f} | {tokens_per_s / bound:.0%} |"
         )
     return "\n".join(lines)
 
@@ -212,23 +252,56 @@ def machine() -> str:
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, load average {load} at the end")
 
 
+def load_policy(path, lora_r: int):
+    """SmolLM2 as training samples from it: with a fresh LoRA adapter on every projection unless ``lora_r`` is 0."""
+    model = AutoModelForCausalLM.from_pretrained(path)
+    if lora_r:
+        from peft import LoraConfig, get_peft_model
+
+        projections = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        model = get_peft_model(model, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, target_modules=projections))
+    return model.eval()
+
+
+@contextmanager
+def sampling_precision(model, precision: str):
+    """No gradients, and under ``bf16`` the trainer's autocast with its frozen weights held in bf16."""
+    with torch.no_grad():
+        if precision == "fp32":
+            yield
+            return
+        with torch.autocast("cpu", dtype=torch.bfloat16), frozen_weights_in_autocast_dtype(model):
+            yield
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     workload = Workload(args.trajectories, args.turns, args.new_tokens, args.observation_tokens)
     path = resolve_model_path()
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    model = load_policy(path, args.lora_r)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    ceiling = ceilings(model, args.precision)
+    print(f"ceilings: {ceiling}", flush=True)
 
     prompt, observation = sokoban_prompt_and_observation(tokenizer, workload.observation_tokens)
     print(f"{workload}, after a {len(prompt)}-token prompt", flush=True)
-    seconds = time_paths(model, tokenizer, prompt, observation, workload, args.repeats)
+    with sampling_precision(model, args.precision):
+        seconds = time_paths(model, tokenizer, prompt, observation, workload, args.repeats)
+        sizes = batch_size_table(model, tokenizer, prompt, observation, workload, args.batch_sizes, ceiling) \
+            if args.batch_sizes else None
     rows = summarize(seconds, workload)
+    adapter = f"a LoRA adapter of rank {args.lora_r} on every projection" if args.lora_r else "no adapter"
     report = [
         f"### {datetime.date.today().isoformat()}{' (--quick)' if args.quick else ''}",
         "",
         f"{machine()}.",
+        f"SmolLM2-135M-Instruct with {adapter}, sampling in {args.precision}"
+        f"{' (autocast, frozen weights held in bf16)' if args.precision == 'bf16' else ''}. "
+        f"Measured in the same run: matmul peak {ceiling.matmul_gflops:.0f} GFLOP/s ({args.precision}), "
+        f"memory bandwidth {ceiling.bandwidth_gbs:.1f} GB/s (large copy, read + write); "
+        f"{ceiling.flop_per_token / 1e9:.2f} GFLOP and {ceiling.weight_bytes / 2**20:.0f} MiB of weights a token.",
         f"{workload.trajectories} trajectories x {workload.turns} turns after a {len(prompt)}-token prompt, "
         f"{workload.new_tokens} new tokens and {workload.observation_tokens} observation tokens a turn; "
         f"medians of {args.repeats} interleaved repeats "
@@ -236,8 +309,8 @@ def main(argv=None) -> None:
         "",
         table(rows),
     ]
-    if args.batch_sizes:
-        report += ["", batch_size_table(model, tokenizer, prompt, observation, workload, args.batch_sizes)]
+    if sizes:
+        report += ["", sizes]
     text = "\n".join(report)
     print("\n" + text)
     if not args.no_record:

@@ -51,6 +51,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
+from peaks import matmul_peak  # noqa: E402
 from provenance import describe, provenance  # noqa: E402
 
 from trl_starpo.trajectory import MODEL_SEGMENTS  # noqa: E402
@@ -120,19 +121,6 @@ def necessary_flops(n_linear, layers, width, vocab, rows: list[tuple[int, int]])
 
 def trained(trajectory) -> int:
     return sum(1 for label in trajectory.completion_segments if label in MODEL_SEGMENTS)
-
-
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 8) -> float:
-    """GFLOP/s of a large square GEMM in ``dtype``: the best of three timings of ``repeats`` products."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    a @ b
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        best = min(best, (time.perf_counter() - start) / repeats)
-    return 2 * size**3 / best / 1e9
 
 
 # --- children -----------------------------------------------------------------------------------------------------

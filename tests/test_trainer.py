@@ -267,6 +267,31 @@ def test_lora_trains_only_the_adapter(tmp_path, tiny_agent_dir):
     assert changed and changed <= trainable
 
 
+def test_a_bf16_lora_run_rolls_out_on_bf16_frozen_weights_and_trains_the_originals(tmp_path, tiny_agent_dir,
+                                                                                   monkeypatch):
+    from peft import LoraConfig
+
+    from trl_starpo import config as config_module
+
+    monkeypatch.setattr(config_module, "cpu_computes_bf16", lambda: True)  # keep bf16 on a CPU without bf16 units
+    trainer = StarPOTrainer(
+        tiny_agent_dir,
+        environment=CounterEnv,
+        args=make_args(tmp_path, bf16=True, max_steps=1, learning_rate=5e-2),
+        train_dataset=counter_tasks(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    q_proj = trainer.model.base_model.model.model.layers[0].self_attn.q_proj
+    original = q_proj.base_layer.weight
+    seen = []
+    q_proj.register_forward_pre_hook(lambda module, args: seen.append((torch.is_grad_enabled(),
+                                                                        module.base_layer.weight.dtype)))
+    trainer.train()
+    assert (False, torch.bfloat16) in seen  # the rollout's forwards
+    assert (True, torch.float32) in seen  # the loss's forward, on the parameter the optimizer holds
+    assert q_proj.base_layer.weight is original and original.dtype == torch.float32
+
+
 @pytest.mark.parametrize("name", ["bandit", "countdown", "frozenlake", "sokoban"])
 def test_a_training_step_on_every_environment(tmp_path, tiny_model_dir, name):
     trainer = StarPOTrainer(

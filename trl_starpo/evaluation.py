@@ -81,6 +81,7 @@ class ModelPolicy:
 
         from .rollout.generation import CachedTransformersGenerator
         from .rollout.parsing import ANSWER_CLOSE
+        from .rollout.precision import frozen_weights_in_autocast_dtype
 
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
@@ -100,7 +101,7 @@ class ModelPolicy:
         try:
             # a disabled torch.autocast would switch off the caller's: only enter one when asked
             autocast = torch.autocast(self.model.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext()
-            with torch.no_grad(), autocast:
+            with torch.no_grad(), autocast, frozen_weights_in_autocast_dtype(self.model):
                 trajectories = self.collector.collect(environments, tasks, generator, groups)
         finally:
             self.model.train(was_training)

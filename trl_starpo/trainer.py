@@ -55,6 +55,7 @@ from .models import quiet_checkpointing_rename
 from .rollout.collector import RolloutCollector
 from .rollout.env_calls import hung_calls
 from .rollout.generation import CachedTransformersGenerator
+from .rollout.precision import frozen_weights_in_autocast_dtype
 from .rollout.parsing import ANSWER_CLOSE
 from .rollout.metrics import PER_ACTION, STAT_NAMES, mean_stats, trajectory_stats
 from .samples import (
@@ -299,7 +300,10 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
                 stop_strings=[ANSWER_CLOSE],  # nothing after </answer> is used, so it is not generated
                 tokenizer=self._tokenizer,
             )
-            trajectories = self.collector.collect(self.environment_pool.take_for(tasks), tasks, generator, groups)
+            # Sharded parameters (DeepSpeed, FSDP) belong to their engine's hooks and are left as they are.
+            sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled
+            with nullcontext() if sharded else frozen_weights_in_autocast_dtype(unwrapped_model):
+                trajectories = self.collector.collect(self.environment_pool.take_for(tasks), tasks, generator, groups)
         if isinstance(self.environment_pool, MixedEnvironmentPool):
             for trajectory, task in zip(trajectories, tasks):
                 trajectory.environment = task[MixedEnvironmentPool.KEY]

@@ -17,6 +17,7 @@ from typing import Protocol
 import torch
 from transformers import (
     DynamicCache,
+    DynamicLayer,
     GenerationConfig,
     LogitsProcessorList,
     MinNewTokensLengthLogitsProcessor,
@@ -204,7 +205,7 @@ class CachedTransformersGenerator:
             chunk_mask[row, width - len(suffix) :] = 1
         chunk, chunk_mask = chunk.to(device), chunk_mask.to(device)
         if self._cache is None:
-            self._cache = DynamicCache(config=self.model.config)
+            self._cache = growing_cache(self.model.config)
             ids, mask = chunk, chunk_mask
         else:
             ids, mask = torch.cat([self._ids, chunk], dim=1), torch.cat([self._mask, chunk_mask], dim=1)
@@ -222,9 +223,10 @@ class CachedTransformersGenerator:
         finished = torch.zeros(len(suffixes), dtype=torch.bool, device=device)
         num_sampled = torch.zeros(len(suffixes), dtype=torch.long, device=device)
         sampled, sampled_logprobs = [], []
+        penalized = any(isinstance(p, RepetitionPenaltyLogitsProcessor) for p in processors)
         for step in range(max_new_tokens):
             # Repeating a row's last token over its padding keeps the padding out of the repetition penalty.
-            seen = torch.where(mask.bool(), ids, ids[:, -1:])
+            seen = torch.where(mask.bool(), ids, ids[:, -1:]) if penalized else ids
             scores = processors(seen, logits)
             next_tokens = self._pick(scores).masked_fill(finished, self.pad_token_id)
             sampled.append(next_tokens)
@@ -292,8 +294,77 @@ class CachedTransformersGenerator:
 
     def _pick(self, scores: torch.Tensor) -> torch.Tensor:
         if self.generation_config.do_sample:
-            return torch.multinomial(scores.softmax(dim=-1), num_samples=1).squeeze(1)
+            return sample_by_inverse_cdf(scores.softmax(dim=-1))
         return scores.argmax(dim=-1)
+
+
+def sample_by_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+    """One token per row of ``probs`` (rows summing to 1), drawn from that row's distribution.
+
+    ``torch.multinomial`` draws one exponential variate per vocabulary entry, which costs more than a small model's
+    whole decode step on a CPU; one uniform per row placed on the cumulative distribution draws from exactly the same
+    distribution. A token of zero probability is never picked, even when rounding puts the uniform at the very top.
+    """
+    cdf = probs.float().cumsum(dim=-1)
+    total = cdf[:, -1:].contiguous()
+    picks = torch.searchsorted(cdf, torch.rand_like(total) * total, right=True)
+    last_possible = torch.searchsorted(cdf, total)  # the last token with probability above zero
+    return torch.minimum(picks, last_possible).squeeze(1)
+
+
+class GrowingLayer(DynamicLayer):
+    """A full-attention KV cache layer that writes new tokens into spare capacity instead of concatenating.
+
+    ``DynamicLayer`` copies its whole cache at every decoded token; this layer keeps a buffer with room to spare
+    (half as much again as it holds, at least 256 slots) and exposes the filled part as a view, so a decode step only
+    writes its own token and the cache is copied once per reallocation.
+    """
+
+    SPARE = 256
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self._key_buffer = self._value_buffer = None
+        filled = self.get_seq_length()
+        needed = filled + key_states.shape[-2]
+        if self._key_buffer is None or needed > self._key_buffer.shape[-2]:
+            capacity = needed + max(self.SPARE, needed // 2)
+            self._key_buffer = self._grown(self._key_buffer, key_states, filled, capacity)
+            self._value_buffer = self._grown(self._value_buffer, value_states, filled, capacity)
+        self._key_buffer[:, :, filled:needed] = key_states
+        self._value_buffer[:, :, filled:needed] = value_states
+        self.keys, self.values = self._key_buffer[:, :, :needed], self._value_buffer[:, :, :needed]
+        return self.keys, self.values
+
+    @staticmethod
+    def _grown(buffer, states: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+        batch, heads, _, dim = states.shape
+        grown = states.new_empty((batch, heads, capacity, dim))
+        if filled:
+            grown[:, :, :filled] = buffer[:, :, :filled]
+        return grown
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.get_seq_length() > 0:
+            filled = self.get_seq_length()
+            self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
+            self.keys, self.values = self._key_buffer[:, :, :filled], self._value_buffer[:, :, :filled]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("GrowingLayer rows are selected, never repeated.")
+
+    def reset(self) -> None:
+        self._key_buffer = self._value_buffer = None
+        super().reset()
+
+
+def growing_cache(config) -> DynamicCache:
+    """The cache ``DynamicCache(config=config)`` builds, its full-attention layers replaced by :class:`GrowingLayer`
+    (sliding-window and other special layers are kept as transformers makes them)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    return cache
 
 
 def cut_at_eos(tokens: list[int], eos_token_ids: list[int]) -> list[int]:

@@ -1,0 +1,44 @@
+"""Frozen weights held in autocast's dtype while a model generates.
+
+Under ``torch.autocast`` every linear layer casts its float32 weight to the autocast dtype on each call. Autocast
+caches that cast only for weights that require grad, so a LoRA model's frozen base weights, nearly all of its
+parameters, are cast again at every decoded token: on a CPU that copy costs more than the matmul it feeds. Casting
+them once for a whole rollout gives the same products, since autocast computes in that dtype either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+
+@contextmanager
+def frozen_weights_in_autocast_dtype(model: nn.Module) -> Iterator[None]:
+    """While inside, every frozen float32 weight and bias of ``model``'s linear layers is a copy in the dtype of the
+    autocast active on the model's device; on exit the original parameters are put back, untouched.
+
+    Nothing changes without an active autocast, for trainable parameters (autocast caches their casts), or for
+    quantized layers. Only for use under ``torch.no_grad()``: the copies take no gradient.
+    """
+    device_type = next(model.parameters()).device.type
+    if not torch.is_autocast_enabled(device_type):
+        yield
+        return
+    dtype = torch.get_autocast_dtype(device_type)
+    swapped: list[tuple[nn.Module, str, nn.Parameter]] = []
+    try:
+        for module in model.modules():
+            if not isinstance(module, nn.Linear):
+                continue
+            for name in ("weight", "bias"):
+                parameter = module._parameters.get(name)
+                if parameter is not None and parameter.dtype == torch.float32 and not parameter.requires_grad:
+                    setattr(module, name, nn.Parameter(parameter.detach().to(dtype), requires_grad=False))
+                    swapped.append((module, name, parameter))
+        yield
+    finally:
+        for module, name, parameter in reversed(swapped):
+            setattr(module, name, parameter)
