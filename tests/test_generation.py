@@ -4,7 +4,12 @@ from conftest import CounterEnv
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 from trl_starpo.rollout.collector import RolloutCollector
-from trl_starpo.rollout.generation import CachedTransformersGenerator, TransformersGenerator, cut_at_eos
+from trl_starpo.rollout.generation import (
+    CachedTransformersGenerator,
+    GrowingLayer,
+    TransformersGenerator,
+    cut_at_eos,
+)
 from trl_starpo.store import from_dataset, to_dataset
 from trl_starpo.trajectory import MODEL_SEGMENTS, Segment
 
@@ -82,9 +87,11 @@ def play(generator, tokenizer, prompt, turns=3, max_new_tokens=8):
 
 
 @pytest.mark.parametrize("repetition_penalty", [None, 1.5])
+@pytest.mark.parametrize("spare", [GrowingLayer.SPARE, 1])  # 1: the cache outgrows its buffer over and over
 def test_cached_greedy_matches_full_prefill_over_ragged_turns_with_a_row_leaving(
-    tiny_agent, tiny_tokenizer, agent_prompt, repetition_penalty
+    tiny_agent, tiny_tokenizer, agent_prompt, repetition_penalty, spare, monkeypatch
 ):
+    monkeypatch.setattr(GrowingLayer, "SPARE", spare)
     # Padding with the end-of-turn token (as SmolLM2 does) checks that padding escapes the repetition penalty.
     config = GenerationConfig(do_sample=False, repetition_penalty=repetition_penalty)
     pad = tiny_tokenizer.eos_token_id if repetition_penalty else None

@@ -22,7 +22,9 @@ def test_growing_layer_holds_what_a_dynamic_layer_holds_through_growth_selection
     assert growing._key_buffer.shape[-2] > 348  # spare room: the next tokens are written, not concatenated
 
     for layer in (growing, dynamic):
-        layer.batch_select_indices(torch.tensor([2, 0]))
+        layer.batch_select_indices(torch.tensor([2, 0, 1]))
+        layer.reorder_cache(torch.tensor([1, 0, 2]))
+        layer.batch_select_indices(torch.tensor([0, 2]))
         layer.crop(-8)
     keys, values = torch.randn(2, 2, 1, 4, generator=rng), torch.randn(2, 2, 1, 4, generator=rng)
     got, want = growing.update(keys, values), dynamic.update(keys, values)
@@ -39,6 +41,19 @@ def test_inverse_cdf_sampling_draws_from_the_distribution_and_never_a_zero_proba
     assert counts[1] == counts[4] == 0
     sigma = (expected * (1 - probs)).sqrt()
     assert ((counts - expected).abs() <= 4 * sigma + 1e-6).all(), counts
+
+
+def test_inverse_cdf_sampling_keeps_tokens_a_float32_sum_would_absorb(monkeypatch):
+    # Past 0.998 a float32 running sum no longer moves by 2e-8, so in float32 the tail's 0.2% would be unreachable.
+    probs = torch.full((1, 100_001), 2e-8)
+    probs[0, 0] = 1 - 2e-3
+    monkeypatch.setattr(torch, "rand_like", lambda tensor: torch.full_like(tensor, 0.999))
+    assert sample_by_inverse_cdf(probs).item() == pytest.approx(50_000, abs=2)  # halfway through the tail
+
+
+def test_inverse_cdf_sampling_refuses_a_distribution_that_is_not_finite():
+    with pytest.raises(ValueError, match="NaN or infinite logits"):
+        sample_by_inverse_cdf(torch.tensor([[0.5, 0.5], [float("nan"), 1.0]]))
 
 
 def test_inverse_cdf_sampling_stays_on_the_support_when_the_uniform_reaches_the_top(monkeypatch):
@@ -75,6 +90,18 @@ def sample(model, tokenizer, frozen_in_bf16: bool):
 
 def test_frozen_weights_in_bf16_sample_exactly_what_autocast_samples(lora_model, tiny_tokenizer):
     assert sample(lora_model, tiny_tokenizer, True) == sample(lora_model, tiny_tokenizer, False)
+
+
+def test_dora_keeps_its_float32_base_weights_and_samples_what_autocast_samples(tiny_model_dir, tiny_tokenizer):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "up_proj"], use_dora=True,
+                                             init_lora_weights=False)).eval()
+    base = model.base_model.model.model
+    with torch.autocast("cpu", dtype=torch.bfloat16), frozen_weights_in_autocast_dtype(model):
+        assert base.layers[0].self_attn.q_proj.base_layer.weight.dtype == torch.float32  # DoRA reads it in fp32
+        assert base.layers[0].self_attn.k_proj.weight.dtype == torch.bfloat16  # no adapter there
+    assert sample(model, tiny_tokenizer, True) == sample(model, tiny_tokenizer, False)
 
 
 def test_frozen_weights_are_held_in_bf16_only_inside_and_restored_untouched(lora_model):

@@ -299,33 +299,50 @@ class CachedTransformersGenerator:
 
 
 def sample_by_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
-    """One token per row of ``probs`` (rows summing to 1), drawn from that row's distribution.
+    """One token per row of ``probs`` (non-negative rows, each with some mass), drawn from that row's distribution.
 
     ``torch.multinomial`` draws one exponential variate per vocabulary entry, which costs more than a small model's
-    whole decode step on a CPU; one uniform per row placed on the cumulative distribution draws from exactly the same
-    distribution. A token of zero probability is never picked, even when rounding puts the uniform at the very top.
+    whole decode step on a CPU; one uniform per row placed on the cumulative distribution draws from the same
+    distribution. The running sum is taken in float64, so that even tokens a float32 sum would absorb keep their
+    share. A token of zero probability is never returned: should rounding (the uniform at the very top, or a parallel
+    scan's order of additions) land a draw on one, the nearest token to its left with probability above zero is
+    taken instead.
     """
-    cdf = probs.float().cumsum(dim=-1)
+    cdf = probs.double().cumsum(dim=-1)
     total = cdf[:, -1:].contiguous()
-    picks = torch.searchsorted(cdf, torch.rand_like(total) * total, right=True)
-    last_possible = torch.searchsorted(cdf, total)  # the last token with probability above zero
-    return torch.minimum(picks, last_possible).squeeze(1)
+    if not (torch.isfinite(total).all() and (total > 0).all()):
+        raise ValueError("Cannot sample a next token: a row of the model's next-token distribution is not finite or "
+                         "has no mass (the model produced NaN or infinite logits).")
+    picks = torch.searchsorted(cdf, torch.rand_like(total) * total, right=True).clamp(max=probs.shape[-1] - 1)
+    impossible = probs.gather(1, picks) == 0
+    if impossible.any():
+        positive = probs > 0
+        index = torch.arange(probs.shape[-1], device=probs.device)
+        left = torch.where(positive & (index <= picks), index, -1).amax(dim=-1, keepdim=True)
+        right = torch.where(positive & (index > picks), index, probs.shape[-1]).amin(dim=-1, keepdim=True)
+        picks = torch.where(impossible, torch.where(left >= 0, left, right), picks)
+    return picks.squeeze(1)
 
 
 class GrowingLayer(DynamicLayer):
     """A full-attention KV cache layer that writes new tokens into spare capacity instead of concatenating.
 
     ``DynamicLayer`` copies its whole cache at every decoded token; this layer keeps a buffer with room to spare
-    (half as much again as it holds, at least 256 slots) and exposes the filled part as a view, so a decode step only
-    writes its own token and the cache is copied once per reallocation.
+    (half as much again as it holds, at least ``SPARE`` slots) and exposes the filled part as a view, so a decode step
+    only writes its own token and the cache is copied once per reallocation. Rows can be selected or reordered, not
+    repeated, and the layer is never offloaded.
     """
 
     SPARE = 256
 
+    def __init__(self):
+        super().__init__()
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-            self._key_buffer = self._value_buffer = None
         filled = self.get_seq_length()
         needed = filled + key_states.shape[-2]
         if self._key_buffer is None or needed > self._key_buffer.shape[-2]:
@@ -346,13 +363,20 @@ class GrowingLayer(DynamicLayer):
         return grown
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.get_seq_length() > 0:
+        if self._key_buffer is not None:
             filled = self.get_seq_length()
+            indices = indices.to(self._key_buffer.device)
             self._key_buffer, self._value_buffer = self._key_buffer[indices], self._value_buffer[indices]
             self.keys, self.values = self._key_buffer[:, :, :filled], self._value_buffer[:, :, :filled]
 
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self.batch_select_indices(beam_idx)
+
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError("GrowingLayer rows are selected, never repeated.")
+        raise NotImplementedError("GrowingLayer rows are selected or reordered, never repeated.")
+
+    def offload(self) -> None:
+        raise NotImplementedError("GrowingLayer is not offloaded; build the cache without offloading.")
 
     def reset(self) -> None:
         self._key_buffer = self._value_buffer = None
