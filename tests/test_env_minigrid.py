@@ -7,7 +7,16 @@ from minigrid.core.grid import Grid
 from minigrid.core.mission import MissionSpace
 from minigrid.core.world_object import Ball, Door, Goal, Key, Lava, Wall
 from minigrid.minigrid_env import MiniGridEnv
-from starpo_minigrid import ACTIONS, ENV_IDS, MiniGridTextEnv, expert_solution
+from starpo_minigrid import (
+    ACTIONS,
+    ENV_IDS,
+    LONG_DATA_DIR,
+    LONG_ENV_IDS,
+    MiniGridTextEnv,
+    expert_solution,
+    generate_tasks,
+    main,
+)
 from starpo_minigrid.text import object_name, parse_action, relative_position
 from starpo_minigrid.thinking import summarize_plan
 
@@ -304,6 +313,32 @@ def test_shipped_splits_hold_every_level_and_keep_layouts_apart(splits):
             assert env.engine.max_steps == task["max_steps"] and 0 < task["expert_steps"] < task["max_steps"]
             assert split_of_content(env.layout_key()) == task["task_id"].split("-")[1]
     assert splits["test"][12]["task_id"] == "minigrid-test-00012"
+
+
+def test_the_long_task_set_holds_its_levels_with_expert_solutions_of_at_most_40_steps():
+    long = {split: trl_starpo.load_tasks("minigrid", split, source=str(LONG_DATA_DIR)) for split in SPLITS}
+    assert {split: len(tasks) for split, tasks in long.items()} == {"train": 500, "validation": 100, "test": 100}
+    env = MiniGridTextEnv(LONG_ENV_IDS)
+    for split, tasks in long.items():
+        assert set(tasks["env_id"]) == set(LONG_ENV_IDS)
+        assert max(tasks["expert_steps"]) <= 40 and sum(tasks["expert_steps"]) / len(tasks) > 20  # long: 50 turns
+        for task in tasks.select(range(0, len(tasks), 37)):
+            env.reset(options={"task": task})
+            assert split_of_content(env.layout_key()) == split
+            solution = expert_solution(env, task)
+            assert solution is not None and len(solution) == task["expert_steps"]
+
+
+def test_generated_tasks_keep_to_the_expert_step_bound(tmp_path):
+    rows = generate_tasks("train", 3, 0, ["BabyAI-KeyCorridorS3R2-v0"], max_expert_steps=30)
+    assert len(rows) == 3 and all(row["expert_steps"] <= 30 for row in rows)
+    unbounded = generate_tasks("train", 12, 0, ["BabyAI-KeyCorridorS3R2-v0"])
+    assert max(row["expert_steps"] for row in unbounded) > 30  # the bound skipped some
+
+    main(["--long", "--out-dir", str(tmp_path), "--train-per-env", "1", "--validation-per-env", "0",
+          "--test-per-env", "0"])
+    written = trl_starpo.load_tasks("minigrid", "train", source=str(tmp_path))
+    assert written["env_id"] == list(LONG_ENV_IDS) and max(written["expert_steps"]) <= 40
 
 
 @pytest.mark.parametrize("env_id", ["this:Foo-v0", "this:BabyAI-GoToLocal-v0", "BabyAI-NoSuchLevel-v0", "CartPole-v1", 3])

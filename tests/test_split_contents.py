@@ -71,6 +71,17 @@ def test_minigrid_held_out_layouts_are_distinct():
         assert len(set(layouts)) == len(layouts), split
 
 
+def test_minigrid_long_held_out_layouts_are_new_and_distinct():
+    from starpo_minigrid import LONG_DATA_DIR
+
+    layouts = {split: minigrid_layouts(list(trl_starpo.load_tasks("minigrid", split, source=str(LONG_DATA_DIR))))
+               for split in ("train", "validation", "test")}
+    for split in ("validation", "test"):
+        assert not set(layouts[split]) & set(layouts["train"]), split
+        assert len(set(layouts[split])) == len(layouts[split]), split
+    assert not set(layouts["validation"]) & set(layouts["test"])
+
+
 def test_alfworld_valid_unseen_plays_in_rooms_training_never_visits():
     scenes = {split: set(trl_starpo.load_tasks("alfworld", split)["scene"]) for split in ("train", "valid_unseen")}
     assert not scenes["train"] & scenes["valid_unseen"]

@@ -15,6 +15,7 @@ import copy
 import hashlib
 import io
 import itertools
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,8 @@ from .thinking import expert_thinking
 __all__ = [
     "ACTIONS",
     "ENV_IDS",
+    "LONG_DATA_DIR",
+    "LONG_ENV_IDS",
     "MiniGridTextEnv",
     "check_env_id",
     "describe",
@@ -58,7 +61,20 @@ ENV_IDS = (
 )
 """The levels of the shipped task splits: small, single-goal, and all solved by the scripted expert."""
 
+LONG_ENV_IDS = (
+    "BabyAI-UnlockLocal-v0",
+    "BabyAI-UnlockPickup-v0",
+    "BabyAI-FindObjS5-v0",
+    "BabyAI-BlockedUnlockPickup-v0",
+    "BabyAI-KeyCorridorS3R2-v0",
+)
+"""The levels of the long task set: keys, doors, boxes in the way and objects in other rooms, whose expert solutions
+take up to 40 steps (``LONG_MAX_EXPERT_STEPS``), 24 on average, for 50-turn episodes under a bounded history window."""
+
 DATA_DIR = Path(__file__).parent / "data"
+LONG_DATA_DIR = DATA_DIR / "long"
+LONG_MAX_EXPERT_STEPS = 40
+LONG_TASKS_PER_ENV = {"train": 100, "validation": 20, "test": 20}
 TASKS_PER_ENV = {"train": 50, "validation": 10, "test": 10}
 SPLIT_FIRST_SEEDS = {"train": 0, "validation": 100_000, "test": 200_000}
 
@@ -265,7 +281,12 @@ def expert_solution(env: MiniGridTextEnv, task: dict[str, Any]) -> list[str] | N
 
 
 def generate_tasks(
-    split: str, tasks_per_env: int, first_seed: int, env_ids: Sequence[str] = ENV_IDS, patience: int = 2000
+    split: str,
+    tasks_per_env: int,
+    first_seed: int,
+    env_ids: Sequence[str] = ENV_IDS,
+    patience: int = 2000,
+    max_expert_steps: int | None = None,
 ) -> list[dict[str, Any]]:
     """Task rows for up to ``tasks_per_env`` layouts of each level, the levels taking turns.
 
@@ -275,8 +296,8 @@ def generate_tasks(
     when the expert does not solve it, or, in a held-out split, when the split already has it, so held-out layouts
     are distinct (training may repeat one). A level whose layouts of this split run out (``patience`` seeds in a row
     without a new one) gives what it found: the small levels have few layouts (LavaGapS6 has 8 in all), so their
-    held-out rows are fewer. Each row records the mission, the level's step limit and the length of the expert's
-    solution.
+    held-out rows are fewer. With ``max_expert_steps``, a seed whose expert solution is longer is skipped too. Each
+    row records the mission, the level's step limit and the length of the expert's solution.
     """
     env = MiniGridTextEnv(env_ids)
     found: dict[str, list[dict[str, Any]]] = {env_id: [] for env_id in env_ids}
@@ -293,7 +314,7 @@ def generate_tasks(
                 misses += 1
                 continue
             solution = expert_solution(env, task)
-            if solution is None:
+            if solution is None or (max_expert_steps is not None and len(solution) > max_expert_steps):
                 misses += 1
                 continue
             misses = 0
@@ -315,12 +336,25 @@ def load_tasks(split: str | None = None, source: str | None = None):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate the task splits (``python -m starpo_minigrid --help``)."""
+    """Regenerate the task splits (``python -m starpo_minigrid --help``; ``--long`` for the long task set)."""
+
+    def options(parser):
+        parser.add_argument("--env-ids", nargs="+", help=f"minigrid levels (default: {', '.join(ENV_IDS)})")
+        parser.add_argument("--max-expert-steps", type=int, metavar="N",
+                            help="skip layouts whose expert solution takes more than N steps")
+        parser.add_argument("--long", action="store_true",
+                            help=f"the long task set: its levels, sizes, step bound ({LONG_MAX_EXPERT_STEPS}) and folder "
+                                 "wherever the other flags do not say")
+
+    long_set = "--long" in (argv if argv is not None else sys.argv[1:])
     args = parse_task_split_args(
-        "python -m starpo_minigrid", TASKS_PER_ENV, DATA_DIR, argv=argv, description=main.__doc__,
-        size_flag="--{split}-per-env",  # tasks per level
-        options=lambda parser: parser.add_argument("--env-ids", nargs="+", default=list(ENV_IDS),
-                                                   help="minigrid levels (default: %(default)s)"),
+        "python -m starpo_minigrid", LONG_TASKS_PER_ENV if long_set else TASKS_PER_ENV,
+        LONG_DATA_DIR if long_set else DATA_DIR, argv=argv, description=main.__doc__,
+        size_flag="--{split}-per-env", options=options,  # tasks per level
     )
-    write_task_splits(args.out_dir, ((split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], args.env_ids))
-                                     for split, count in args.split_sizes.items()))
+    env_ids = args.env_ids or (LONG_ENV_IDS if args.long else ENV_IDS)
+    max_steps = args.max_expert_steps or (LONG_MAX_EXPERT_STEPS if args.long else None)
+    write_task_splits(args.out_dir, (
+        (split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], env_ids, max_expert_steps=max_steps))
+        for split, count in args.split_sizes.items()
+    ))
