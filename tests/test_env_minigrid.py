@@ -10,6 +10,7 @@ from minigrid.minigrid_env import MiniGridEnv
 from starpo_minigrid import (
     ACTIONS,
     ENV_IDS,
+    DATA_DIR,
     LONG_DATA_DIR,
     LONG_ENV_IDS,
     MiniGridTextEnv,
@@ -339,6 +340,30 @@ def test_generated_tasks_keep_to_the_expert_step_bound(tmp_path):
           "--test-per-env", "0"])
     written = trl_starpo.load_tasks("minigrid", "train", source=str(tmp_path))
     assert written["env_id"] == list(LONG_ENV_IDS) and max(written["expert_steps"]) <= 40
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--long"], (LONG_DATA_DIR, {"train": 100, "validation": 20, "test": 20}, LONG_ENV_IDS, 40, "minigrid-long")),
+    ([], (DATA_DIR, {"train": 50, "validation": 10, "test": 10}, ENV_IDS, None, "minigrid")),
+    (["--max-expert-steps", "0", "--train-per-env", "3"],
+     (DATA_DIR, {"train": 3, "validation": 10, "test": 10}, ENV_IDS, 0, "minigrid")),
+])
+def test_the_command_line_picks_the_task_set_and_its_defaults(argv, expected, monkeypatch):
+    import starpo_minigrid
+
+    calls, written = [], []
+    monkeypatch.setattr(starpo_minigrid, "generate_tasks", lambda split, count, seed, env_ids, **kw: calls.append(
+        (split, count, tuple(env_ids), kw["max_expert_steps"], kw["task_prefix"])) or [])
+    monkeypatch.setattr(starpo_minigrid, "write_task_splits", lambda out_dir, splits: written.append((out_dir, list(splits))))
+    main(argv)
+    out_dir, sizes, env_ids, bound, prefix = expected
+    assert written[0][0] == out_dir
+    assert calls == [(split, count, tuple(env_ids), bound, prefix) for split, count in sizes.items()]
+
+
+def test_the_command_line_takes_no_abbreviation_that_could_overwrite_the_shipped_tasks():
+    with pytest.raises(SystemExit):
+        main(["--lon", "--out-dir", "/nonexistent"])
 
 
 @pytest.mark.parametrize("env_id", ["this:Foo-v0", "this:BabyAI-GoToLocal-v0", "BabyAI-NoSuchLevel-v0", "CartPole-v1", 3])

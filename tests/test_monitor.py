@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import CounterEnv, ScriptedGenerator
 from datasets import Dataset
-from test_trainer import make_args
+from test_trainer import BAD, GOOD, make_args, scripted
 from transformers import TrainerCallback
 
 from trl_starpo import StarPOTrainer
@@ -445,6 +445,7 @@ def test_rollback_restores_weights_and_optimizer_exactly_and_training_goes_on(tm
     args = make_args(tmp_path, max_steps=5, num_generations=2, learning_rate=1e-2, lr_scheduler_type="constant",
                      max_turns=2, max_tokens_per_turn=12)
     trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks())
+    scripted(trainer, {0: [GOOD, GOOD], 1: [BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, BAD]})  # every step has a spread
     echo = add_echo_trap_monitor(trainer, action="rollback", detectors=[FireAt(4)], success_window=1,
                                  peak_min_delta=0.0, probe_every=2, probe_size=4)
     snapshot = Snapshot(trainer, echo)

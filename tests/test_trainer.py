@@ -344,6 +344,7 @@ def test_a_non_finite_loss_or_gradient_skips_its_step_and_training_goes_on(tmp_p
 
     trainer = StarPOTrainer(tiny_agent_dir, environment=CounterEnv, args=make_args(tmp_path, max_turns=2),
                             train_dataset=counter_tasks())
+    scripted(trainer, {0: [GOOD, GOOD], 1: [BAD, BAD], 2: [GOOD, GOOD], 3: [BAD, BAD]})  # every step has a spread
     if fault == "nan_advantage":  # a NaN reaches the loss (as a NaN reward from an environment would)
         score = trainer.score_trajectories
 

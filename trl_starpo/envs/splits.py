@@ -38,7 +38,7 @@ def parse_task_split_args(
     Returns the arguments with ``out_dir`` (a ``Path``) and ``split_sizes`` (``{split: size}``, in the order of
     ``sizes``).
     """
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     parser.add_argument("--out-dir", type=Path, default=Path(data_dir), help="output folder (default: %(default)s)")
     destinations = {}
     for split, size in sizes.items():

@@ -37,6 +37,7 @@ __all__ = [
     "ENV_IDS",
     "LONG_DATA_DIR",
     "LONG_ENV_IDS",
+    "LONG_MAX_EXPERT_STEPS",
     "MiniGridTextEnv",
     "check_env_id",
     "describe",
@@ -287,6 +288,7 @@ def generate_tasks(
     env_ids: Sequence[str] = ENV_IDS,
     patience: int = 2000,
     max_expert_steps: int | None = None,
+    task_prefix: str = "minigrid",
 ) -> list[dict[str, Any]]:
     """Task rows for up to ``tasks_per_env`` layouts of each level, the levels taking turns.
 
@@ -297,7 +299,8 @@ def generate_tasks(
     are distinct (training may repeat one). A level whose layouts of this split run out (``patience`` seeds in a row
     without a new one) gives what it found: the small levels have few layouts (LavaGapS6 has 8 in all), so their
     held-out rows are fewer. With ``max_expert_steps``, a seed whose expert solution is longer is skipped too. Each
-    row records the mission, the level's step limit and the length of the expert's solution.
+    row records the mission, the level's step limit and the length of the expert's solution; its id is
+    ``<task_prefix>-<split>-<index>``.
     """
     env = MiniGridTextEnv(env_ids)
     found: dict[str, list[dict[str, Any]]] = {env_id: [] for env_id in env_ids}
@@ -322,7 +325,7 @@ def generate_tasks(
             found[env_id].append({**task, "mission": env.engine.mission, "max_steps": env.engine.max_steps,
                                   "expert_steps": len(solution)})
     rows = [row for turn in itertools.zip_longest(*found.values()) for row in turn if row is not None]
-    return [{"task_id": f"minigrid-{split}-{index:05d}", **row} for index, row in enumerate(rows)]
+    return [{"task_id": f"{task_prefix}-{split}-{index:05d}", **row} for index, row in enumerate(rows)]
 
 
 def load_environment(**kwargs: Any) -> MiniGridTextEnv:
@@ -353,8 +356,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         size_flag="--{split}-per-env", options=options,  # tasks per level
     )
     env_ids = args.env_ids or (LONG_ENV_IDS if args.long else ENV_IDS)
-    max_steps = args.max_expert_steps or (LONG_MAX_EXPERT_STEPS if args.long else None)
+    max_steps = args.max_expert_steps if args.max_expert_steps is not None else (
+        LONG_MAX_EXPERT_STEPS if args.long else None)
     write_task_splits(args.out_dir, (
-        (split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], env_ids, max_expert_steps=max_steps))
+        (split, generate_tasks(split, count, SPLIT_FIRST_SEEDS[split], env_ids, max_expert_steps=max_steps,
+                               task_prefix="minigrid-long" if args.long else "minigrid"))
         for split, count in args.split_sizes.items()
     ))
