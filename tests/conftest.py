@@ -248,3 +248,22 @@ def openenv_server(tmp_path_factory):
             process.kill()
             process.wait()
         log.close()
+
+
+@pytest.fixture
+def adapter_dir(tmp_path, tiny_model_dir):
+    """A LoRA adapter on the tiny model whose update is not zero (PEFT initializes B to zero)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    path = tmp_path / "adapter"
+    model.save_pretrained(path)
+    return path

@@ -733,3 +733,36 @@ def test_checkpoints_from_another_warm_start_are_not_resumed(learning, tmp_path)
     learning.runs.restart_on_new_warm_start(run_dir, "minigrid-bbb")  # the split changed, the start was rebuilt
     assert sorted(p.name for p in run_dir.iterdir()) == ["setting.json", "warm_start.json"]
     assert json.loads((run_dir / "warm_start.json").read_text()) == {"warm_start": "minigrid-bbb"}
+
+
+def test_a_column_starts_from_its_shipped_adapter(learning, adapter_dir, tiny_model_dir, tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    column = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter=str(adapter_dir))
+    scale = learning.protocol.Scale()
+    start = learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, tmp_path / "work")
+    assert start.parent == tmp_path / "work" / "sft" and start.name.startswith("hotpotqa-shipped-")
+    assert json.loads((start / "warm_start.json").read_text())["adapter"] == str(adapter_dir)
+    merged, base = load_file(start / "model.safetensors"), load_file(Path(tiny_model_dir) / "model.safetensors")
+    assert any(not torch.equal(merged[name], base[name]) for name in base)  # the adapter's update is in the weights
+    assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, tmp_path / "work") == start
+    # the setting names the adapter, so that its runs and records are their own
+    assert (learning.protocol.setting_key("hotpotqa", column, scale, "m")
+            != learning.protocol.setting_key("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], scale, "m"))
+
+
+def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learning, monkeypatch, tmp_path):
+    chosen = []
+    monkeypatch.setattr(learning.cli, "run_one", lambda *args, column, **_: chosen.append(column) or dict(
+        updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
+    shipped = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter="recipes/x")
+    monkeypatch.setitem(learning.protocol.COLUMNS, "hotpotqa", shipped)
+    monkeypatch.setitem(learning.cli.COLUMNS, "hotpotqa", shipped)
+    base = ["--env", "hotpotqa", "--method", "sft", "--records", str(tmp_path)]
+    learning.cli.main(base)
+    learning.cli.main([*base, "--sft-episodes", "8"])
+    learning.cli.main([*base, "--max-turns", "6"])
+    learning.cli.main([*base, "--model", "other/model"])
+    assert [column.warm_start_adapter for column in chosen] == ["recipes/x", None, None, None]

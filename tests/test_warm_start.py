@@ -6,24 +6,6 @@ import pytest
 import torch
 
 
-@pytest.fixture
-def adapter_dir(tmp_path, tiny_model_dir):
-    """A LoRA adapter on the tiny model whose update is not zero (PEFT initializes B to zero)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                           LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(std=0.5)
-    path = tmp_path / "adapter"
-    model.save_pretrained(path)
-    return path
-
-
 def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_model_dir, tmp_path, monkeypatch):
     from peft import AutoPeftModelForCausalLM
     from transformers import AutoModelForCausalLM

@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
         if args.held_out_split:
             column = dataclasses.replace(column, held_out=args.held_out_split)
         column = with_horizon(column, args.max_turns, args.context_policy, args.history_turns)
+        if column.warm_start_adapter and (args.model or column.rollout != COLUMNS[environment].rollout
+                                          or column.sft_episodes != COLUMNS[environment].sft_episodes):
+            # the shipped adapter was trained on the column's own model, prompt and demonstrations: build one here
+            column = dataclasses.replace(column, warm_start_adapter=None)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
         record = run_one(method, environment, seed, scale=scale, model=args.model, workdir=workdir, records=records,
                          column=column, rerun=args.rerun)

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from .evaluation import load_model, tasks_digest
-from .protocol import Column, LORA_TARGETS, PROGRESS_FILE, Scale
+from .protocol import Column, LORA_TARGETS, PROGRESS_FILE, ROOT, Scale
 
 
 def rollout_flags(column: Column) -> list[str]:
@@ -19,7 +19,10 @@ def rollout_flags(column: Column) -> list[str]:
 
 
 def warm_start(environment: str, column: Column, scale: Scale, model: str, workdir: Path) -> Path:
-    """The SFT warm start of ``environment`` (made once, then reused by every method, seed and budget)."""
+    """The SFT warm start of ``environment`` (made once, then reused by every method, seed and budget): the column's
+    shipped adapter merged into ``model``, or a warm start trained here."""
+    if column.warm_start_adapter:
+        return shipped_warm_start(environment, column.warm_start_adapter, model, workdir)
     from filelock import FileLock
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -60,6 +63,21 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
         for checkpoint in folder.glob("checkpoint-*"):  # the merged model is what every run starts from
             shutil.rmtree(checkpoint)
         done.write_text(json.dumps({"setting": key, "base_model": model}))
+    return folder
+
+
+def shipped_warm_start(environment: str, adapter: str, model: str, workdir: Path) -> Path:
+    """``model`` with the shipped LoRA ``adapter`` (a folder relative to the repository) merged in, in a folder
+    named by a hash of the two, so that a rebuilt adapter starts new runs (``restart_on_new_warm_start``)."""
+    from trl_starpo.models import merged_warm_start
+
+    merged = Path(merged_warm_start(model, str(ROOT / adapter)))
+    folder = workdir / "sft" / f"{environment}-shipped-{merged.name[:10]}"
+    if not (folder / "warm_start.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(merged, folder)
+        (folder / "warm_start.json").write_text(json.dumps({"adapter": adapter, "base_model": model}))
     return folder
 
 
