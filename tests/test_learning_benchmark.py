@@ -766,3 +766,10 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
     learning.cli.main([*base, "--max-turns", "6"])
     learning.cli.main([*base, "--model", "other/model"])
     assert [column.warm_start_adapter for column in chosen] == ["recipes/x", None, None, None]
+
+
+def test_an_update_held_up_does_not_make_the_time_split(learning):
+    history = [{"time/step": seconds, "rollout/turns": turns} for seconds, turns in ((120.0, 9), (130.0, 10),
+                                                                                   (6000.0, 8))]
+    means = learning.training.training_means([*history, {"train_runtime": 1.0}])
+    assert means == {"time/step": 130.0, "rollout/turns": 9.0}

@@ -188,12 +188,16 @@ def last_whole_checkpoint(run_dir: Path) -> str | None:
 
 def training_means(log_history: list[dict]) -> dict[str, float]:
     """The mean over a run's logged updates of the figures that say why it did or did not learn (groups without
-    spread, valid actions, GiGPO's step groups, ...)."""
+    spread, valid actions, GiGPO's step groups, ...); for the ``time/*`` seconds, the median: an update during which
+    the process was stopped or the machine busy would otherwise outweigh all the others."""
+    import statistics
+
     means = {}
     for name in TRAINING_SERIES:
         values = [float(entry[name]) for entry in log_history if isinstance(entry.get(name), (int, float))]
         if values:
-            means[name] = round(sum(values) / len(values), 4)
+            average = statistics.median if name.startswith("time/") else statistics.fmean
+            means[name] = round(average(values), 4)
     return means
 
 
