@@ -472,6 +472,36 @@ def test_the_thinking_scale_rules_offered_are_the_critics(learning):
     assert learning.protocol.THINKING_SCALE_RULES == THINKING_SCALE_RULES
 
 
+def test_the_dpo_row_can_pair_as_eto_does(learning, monkeypatch, tmp_path):
+    import trl_starpo.dpo
+
+    assert learning.protocol.DPO_PAIRINGS == trl_starpo.dpo.PAIRINGS
+    chosen, configured = [], {}
+    monkeypatch.setattr(learning.cli, "run_one", lambda *args, scale, **_: chosen.append(scale) or dict(
+        updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
+    learning.cli.main(["--env", "hotpotqa", "--method", "dpo", "--dpo-pairs", "expert", "--records", str(tmp_path)])
+    assert chosen[0].dpo_pairs == "expert"
+    default = learning.protocol.Scale()
+    assert (learning.protocol.setting_key("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], chosen[0], "m")
+            != learning.protocol.setting_key("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], default, "m"))
+    with pytest.raises(SystemExit):  # the pairing is the dpo row's alone
+        learning.cli.main(["--method", "dpo", "starpo-s", "--dpo-pairs", "expert", "--records", str(tmp_path)])
+
+    class Configured(Exception):
+        pass
+
+    def configure(**kwargs):
+        configured.update(kwargs)
+        raise Configured
+
+    monkeypatch.setattr(trl_starpo.dpo, "TrajectoryDPOConfig", configure)
+    monkeypatch.setattr(learning.training, "load_model", lambda path: (None, None))
+    with pytest.raises(Configured):
+        learning.training.train_dpo("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], chosen[0], 0, tmp_path,
+                                    tmp_path / "run")
+    assert configured["pairs"] == "expert"
+
+
 def test_the_table_is_made_without_loading_torch(tmp_path):
     # Scale's bf16 is asked of the hardware when a run starts, not when the script loads
     probe = (

@@ -10,10 +10,13 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Rows: ``random`` (uniform over the environment's ``admissible_actions()``, the chance level of the held-out
     tasks), ``untrained`` (the embedded model as it ships), ``sft`` (the warm start), and from that warm start ``ppo``,
     ``dpo``, ``starpo``, ``starpo-s``, ``starpo-s-ragen`` and ``gigpo`` (the presets of trl_starpo/presets.py; ``dpo``
-    is trl_starpo.dpo's online trajectory DPO).
+    is trl_starpo.dpo's online trajectory DPO, pairing a task's best episode against its worst, or with
+    ``--dpo-pairs expert`` the expert's episode against the policy's worst, as ETO does).
     Warm start: one per environment, shared by every method and seed: the environment's expert plays
     ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
-    (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged. The ALFWorld and MiniGrid
+    (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged; or, where a column names
+    one (``Column.warm_start_adapter``, ALFWorld's), the adapter the environment's SFT recipe built and the project
+    ships, merged, so that the column starts where ``make train`` does. The ALFWorld and MiniGrid
     experts explain their actions (``expert_thinking``), so those turns are ``<think>…</think><answer>…</answer>``;
     the WebShop and HotPotQA experts do not, so those columns answer directly (``enable_thinking`` off, and with it
     StarPO-S's thinking critic).

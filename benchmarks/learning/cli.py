@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from .protocol import ENTRY, COLUMNS, METHODS, RECORDS, SMOKE, Scale, THINKING_SCALE_RULES, WORKDIR
+from .protocol import (COLUMNS, DPO_PAIRINGS, ENTRY, METHODS, RECORDS, SMOKE, THINKING_SCALE_RULES, WORKDIR,
+                       Scale)
 from .runs import run_one
 from .scheduler import run_processes
 from .table import folder_table, load_records, markdown, regenerate
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="An ablation: the advantage estimator of the RL presets (StarPOConfig."
                              "advantage_estimator, e.g. gigpo with --method starpo-s; default: each preset's). Records "
                              "of an ablation belong in their own --records folder.")
+    parser.add_argument("--dpo-pairs", choices=DPO_PAIRINGS, default="best_worst",
+                        help="How the dpo row pairs episodes (TrajectoryDPOConfig.pairs): the policy's best against "
+                             "its worst episode of a task, or ETO's `expert`, the expert's episode against the "
+                             "policy's worst. Records of another pairing belong in their own --records folder.")
     parser.add_argument("--max-turns", type=int,
                         help="Turns an episode may take (and the actions those turns allow; default: the column's), "
                              "for long episodes, e.g. ALFWorld's 50. Records of another horizon belong in their own --records "
@@ -116,12 +121,15 @@ def main(argv: list[str] | None = None) -> None:
     for name in methods:
         if name not in METHODS:
             parser.error(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    if args.dpo_pairs != "best_worst" and methods != ["dpo"]:
+        parser.error("--dpo-pairs sets how the dpo row pairs episodes: run it with --method dpo alone")
     runs = [(e, m, s) for e in environments for s in args.seed for m in methods]
     if len(runs) == 1:
         environment, method, seed = runs[0]
         column = COLUMNS[environment]
         chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule,
-                      advantage_estimator=args.advantage_estimator, learning_rate=args.learning_rate)
+                      advantage_estimator=args.advantage_estimator, learning_rate=args.learning_rate,
+                      dpo_pairs=args.dpo_pairs)
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
@@ -157,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--advantage-estimator", args.advantage_estimator] if args.advantage_estimator else []
+    forwarded += ["--dpo-pairs", args.dpo_pairs]
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     forwarded += ["--rerun"] if args.rerun else []
     commands = {f"{environment}/{method}/seed {seed}": [sys.executable, str(ENTRY), "--env", environment, "--method",

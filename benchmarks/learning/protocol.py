@@ -22,6 +22,7 @@ PROGRESS_FILE = "learning_progress.json"
 BF16_AUTOCAST, FP32 = "bf16 autocast", "fp32"
 # trl_starpo.algorithms.critics' rules, named here because --table loads no torch (a test keeps the two equal)
 THINKING_SCALE_RULES = ("multiplicative", "sign_aware", "relative")
+DPO_PAIRINGS = ("best_worst", "expert")  # trl_starpo.dpo.PAIRINGS (a test keeps the two equal)
 # The rule of each preset with a thinking critic (trl_starpo.presets; a test keeps them equal). A run names the rule
 # it applied in its record, so that a change of the preset's rule starts new runs instead of reusing the old ones.
 PRESET_THINKING_SCALE_RULES = {"starpo-s": "multiplicative"}
@@ -115,6 +116,7 @@ class Scale:
     dpo_beta: float = 0.1
     dpo_tasks_per_round: int = 8
     dpo_epochs: int = 2
+    dpo_pairs: str = "best_worst"  # TrajectoryDPOConfig.pairs: the policy's best against its worst, or ETO's "expert"
     temperature: float = 1.0
     save_every: int = 2
     # autocast in SFT, RL and DPO training where the CPU computes bf16 (an update: 55.5 s against fp32's 74.5 s,
@@ -135,7 +137,7 @@ def setting_key(environment: str, column: Column, scale: Scale, model: str) -> s
     """A short hash of everything a run's result depends on (the method and seed aside)."""
     scale_fields = dataclasses.asdict(scale)
     for name, defaults in (("num_iterations", (1,)), ("thinking_scale_rule", (None, FORMER_THINKING_SCALE_RULE)),
-                           ("advantage_estimator", (None,))):
+                           ("advantage_estimator", (None,)), ("dpo_pairs", ("best_worst",))):
         if scale_fields[name] in defaults:
             del scale_fields[name]  # added later: records made before it keep their key
     column_fields = dataclasses.asdict(column)
