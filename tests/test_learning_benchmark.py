@@ -263,6 +263,8 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     evaluated_again = learning.runs.run_one("gigpo", counter_env, 0, **common)
     assert evaluated_again["curve"] == resumed["curve"] and resumed["training_means"]
     assert evaluated_again["training_means"] == resumed["training_means"]
+    assert set(resumed["time_split"]) == set(learning.training.TIME_SERIES)
+    assert evaluated_again["time_split"] == resumed["time_split"]
     assert evaluated_again["held_out"] == resumed["held_out"]  # the same precision in and out of the training process
 
     for method in learning.protocol.METHODS:
@@ -770,36 +772,101 @@ def test_a_column_starts_from_its_shipped_adapter(learning, adapter_dir, tiny_mo
     from safetensors.torch import load_file
 
     monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
-    column = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter=str(adapter_dir))
-    scale = learning.protocol.Scale()
-    start = learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, tmp_path / "work")
-    assert start.parent == tmp_path / "work" / "sft" and start.name.startswith("hotpotqa-shipped-")
-    assert json.loads((start / "warm_start.json").read_text())["adapter"] == str(adapter_dir)
+    monkeypatch.setattr(learning.training, "ROOT", tmp_path)  # the adapter is named relative to the repository
+    column = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter="adapter")
+    scale, work = learning.protocol.Scale(), tmp_path / "work"
+    start = learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work)
+    assert start.parent == work / "sft" and start.name.startswith("hotpotqa-shipped-")
+    assert start.name == learning.training.shipped_warm_start_name("hotpotqa", "adapter", tiny_model_dir)
+    assert json.loads((start / "warm_start.json").read_text())["adapter"] == "adapter"
     merged, base = load_file(start / "model.safetensors"), load_file(Path(tiny_model_dir) / "model.safetensors")
     assert any(not torch.equal(merged[name], base[name]) for name in base)  # the adapter's update is in the weights
-    assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, tmp_path / "work") == start
+    monkeypatch.setattr(learning.training.shutil, "copytree", lambda *args: pytest.fail("copied again"))
+    assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work) == start
+    monkeypatch.undo()
+    monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(learning.training, "ROOT", tmp_path)
+    # a rebuilt adapter is another warm start, whose runs start over (runs.restart_on_new_warm_start)
+    config = json.loads((adapter_dir / "adapter_config.json").read_text())
+    (adapter_dir / "adapter_config.json").write_text(json.dumps({**config, "revision": "rebuilt"}))
+    assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work).name != start.name
     # the setting names the adapter, so that its runs and records are their own
     assert (learning.protocol.setting_key("hotpotqa", column, scale, "m")
             != learning.protocol.setting_key("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], scale, "m"))
 
 
-def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learning, monkeypatch, tmp_path):
+def test_a_record_from_another_shipped_adapter_is_not_reused(learning, adapter_dir, tiny_model_dir, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setattr(learning.training, "ROOT", tmp_path)
+    column = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter="adapter")
+    scale = dataclasses.replace(learning.protocol.Scale(), bf16=False)
+
+    class Ran(Exception):
+        pass
+
+    monkeypatch.setattr(learning.runs, "warm_start", lambda *args: (_ for _ in ()).throw(Ran()))
+    record = {"setting": learning.protocol.setting_key("hotpotqa", column, scale, tiny_model_dir),
+              "thinking_scale_rule": None, "collection_precision": None,
+              "warm_start": learning.training.shipped_warm_start_name("hotpotqa", "adapter", tiny_model_dir)}
+    path = learning.runs.record_path(tmp_path / "records", "hotpotqa", "sft", 0)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    run = dict(scale=scale, model=tiny_model_dir, workdir=tmp_path / "work", records=tmp_path / "records",
+               column=column)
+    assert learning.runs.run_one("sft", "hotpotqa", 0, **run) == record
+    path.write_text(json.dumps({**record, "warm_start": "hotpotqa-shipped-0000000000"}))
+    with pytest.raises(Ran):
+        learning.runs.run_one("sft", "hotpotqa", 0, **run)
+
+
+def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learning, monkeypatch, tmp_path, capsys):
+    from trl_starpo.models import DEFAULT_MODEL
+
     chosen = []
     monkeypatch.setattr(learning.cli, "run_one", lambda *args, column, **_: chosen.append(column) or dict(
         updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
     shipped = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter="recipes/x")
     monkeypatch.setitem(learning.protocol.COLUMNS, "hotpotqa", shipped)
-    monkeypatch.setitem(learning.cli.COLUMNS, "hotpotqa", shipped)
     base = ["--env", "hotpotqa", "--method", "sft", "--records", str(tmp_path)]
-    learning.cli.main(base)
-    learning.cli.main([*base, "--sft-episodes", "8"])
-    learning.cli.main([*base, "--max-turns", "6"])
-    learning.cli.main([*base, "--model", "other/model"])
-    assert [column.warm_start_adapter for column in chosen] == ["recipes/x", None, None, None]
+    kept = [[], ["--held-out-split", "validation"], ["--budget", "100"], ["--model", DEFAULT_MODEL],
+            ["--max-turns", str(shipped.rollout["max_turns"])], ["--context-policy", "full"]]
+    own = [["--sft-episodes", "8"], ["--max-turns", "6"], ["--context-policy", "window"], ["--model", "other/model"],
+           ["--smoke"]]
+    for flags in kept:
+        learning.cli.main([*base, *flags])
+    assert "builds its own" not in capsys.readouterr().out
+    for flags in own:
+        learning.cli.main([*base, *flags])
+        assert "builds its own" in capsys.readouterr().out  # never silently
+    assert [column.warm_start_adapter for column in chosen] == ["recipes/x"] * len(kept) + [None] * len(own)
+
+
+def test_alfworlds_shipped_warm_start_is_the_columns_own(learning):
+    import yaml
+
+    from trl_starpo.models import DEFAULT_MODEL
+
+    column = learning.protocol.COLUMNS["alfworld"]
+    adapter = ROOT / column.warm_start_adapter
+    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == DEFAULT_MODEL
+    assert (adapter / "adapter_model.safetensors").is_file()
+    recipe = yaml.safe_load((ROOT / "recipes" / "configs" / "alfworld_sft.yaml").read_text())
+    assert recipe["model_name_or_path"] == DEFAULT_MODEL
+    assert (recipe["expert_episodes"], recipe["num_train_epochs"]) == (column.sft_episodes, column.sft_epochs)
+    assert recipe["environment_kwargs"] == column.environment_kwargs
+    for name, value in column.rollout.items():
+        assert recipe.get(name, value) == value, name
 
 
 def test_an_update_held_up_does_not_make_the_time_split(learning):
     history = [{"time/step": seconds, "rollout/turns": turns} for seconds, turns in ((120.0, 9), (130.0, 10),
                                                                                    (6000.0, 8))]
-    means = learning.training.training_means([*history, {"train_runtime": 1.0}])
-    assert means == {"time/step": 130.0, "rollout/turns": 9.0}
+    history.append({"train_runtime": 1.0})
+    assert learning.training.time_split(history) == {"time/step": 130.0}  # the median; the mean would be 2,083 s
+    assert learning.training.training_means(history) == {"rollout/turns": 9.0}
+
+
+def test_the_committed_results_page_is_what_its_records_make(learning):
+    # docs/results.md's generated section is regenerated from the records alone (python benchmarks/learning.py --table)
+    block = learning.table.markdown(learning.table.load_records())
+    assert block in (ROOT / "docs" / "results.md").read_text()

@@ -109,14 +109,23 @@ def load_default_model(model: str | None = None, **kwargs):
     return AutoModelForCausalLM.from_pretrained(path, **kwargs), AutoTokenizer.from_pretrained(path)
 
 
+def warm_start_digest(model_path: str, adapter: str) -> str:
+    """A hash of the base model's path and the LoRA ``adapter``'s files: the name of their merged warm start."""
+    import hashlib
+
+    folder = Path(adapter).expanduser()
+    digest = hashlib.sha256(str(Path(model_path).expanduser().resolve()).encode())
+    for part in (folder / "adapter_config.json", folder / "adapter_model.safetensors"):
+        digest.update(part.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def merged_warm_start(model_path: str, adapter: str) -> str:
     """A folder holding ``model_path`` with the LoRA ``adapter`` merged in: the warm start an RL run starts from.
 
     The merge is done once and kept under ``cache_dir()/warm_starts``, named by a hash of the base model's path
     and the adapter's files, so changing either makes a new one. The adapter is loaded from safetensors only.
     """
-    import hashlib
-
     from filelock import FileLock
 
     folder = Path(adapter).expanduser()
@@ -132,10 +141,7 @@ def merged_warm_start(model_path: str, adapter: str) -> str:
     if config.get("peft_type") != "LORA" or config.get("megatron_config"):
         raise ValueError(f"The warm start at {adapter!r} is not a plain LoRA adapter (peft_type "
                          f"{config.get('peft_type')!r}); only LoRA adapters are merged.")
-    digest = hashlib.sha256(str(Path(model_path).expanduser().resolve()).encode())
-    for part in (folder / "adapter_config.json", weights):
-        digest.update(part.read_bytes())
-    target = cache_dir() / "warm_starts" / digest.hexdigest()[:16]
+    target = cache_dir() / "warm_starts" / warm_start_digest(model_path, adapter)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if (target / "model.safetensors").is_file():

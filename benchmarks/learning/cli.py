@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .protocol import (COLUMNS, DPO_PAIRINGS, ENTRY, METHODS, RECORDS, SMOKE, THINKING_SCALE_RULES, WORKDIR,
-                       Scale)
+                       Scale, shipped_adapter_fits)
 from .runs import run_one
 from .scheduler import run_processes
 from .table import folder_table, load_records, markdown, regenerate
@@ -141,9 +141,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.held_out_split:
             column = dataclasses.replace(column, held_out=args.held_out_split)
         column = with_horizon(column, args.max_turns, args.context_policy, args.history_turns)
-        if column.warm_start_adapter and (args.model or column.rollout != COLUMNS[environment].rollout
-                                          or column.sft_episodes != COLUMNS[environment].sft_episodes):
-            # the shipped adapter was trained on the column's own model, prompt and demonstrations: build one here
+        if column.warm_start_adapter and not shipped_adapter_fits(environment, column, args.model):
+            print(f"[{environment}] the shipped warm start ({column.warm_start_adapter}) was trained for the column's "
+                  "own model, prompt and demonstrations: this setting builds its own", flush=True)
             column = dataclasses.replace(column, warm_start_adapter=None)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
         record = run_one(method, environment, seed, scale=scale, model=args.model, workdir=workdir, records=records,

@@ -42,8 +42,9 @@ class Column:
     sft_epochs: int = 2
     gradient_checkpointing: bool = False
     eval_temperature: float | None = None  # held-out episodes' temperature; None: the training temperature's
-    # a shipped LoRA adapter (a folder under the repository) that the column's own SFT recipe built, merged into the
-    # model as the warm start instead of building one here; None: built from ``sft_episodes`` x ``sft_epochs``
+    # a LoRA adapter shipped in the repository (a folder relative to it), trained by the environment's SFT recipe on
+    # the column's model, prompt and demonstrations, merged into the model as the warm start; None: a warm start of
+    # ``sft_episodes`` x ``sft_epochs`` built here
     warm_start_adapter: str | None = None
 
 
@@ -52,13 +53,13 @@ COLUMNS = {
         held_out="valid_unseen", budget=2560, environment_kwargs={"max_steps": 50, "expert_search": 2},
         rollout=dict(max_turns=10, max_actions_per_turn=1, max_actions_per_trajectory=10, max_tokens_per_turn=64,
                      max_context_length=2048, enable_thinking=True),
-        # every train game, with the searching expert and grounded thinking, as recipes/configs/alfworld_sft.yaml
-        # (this column's own schedule; 48 planner-only games won 0 of 8 validation games, all 300 planner-only 7 of 60)
+        # every train game, with the searching expert and grounded thinking (48 planner-only games won 0 of 8
+        # validation games, all 300 planner-only 7 of 60)
         sft_episodes=300, sft_epochs=1, gradient_checkpointing=True,
-        # chosen on valid_seen: the shipped warm start won 11 of 30 games greedily, 4 of 30 sampled at temperature 1
+        # chosen on valid_seen: greedy decoding (the shipped warm start won 11 of 30 games, 4 of 30 sampled at
+        # temperature 1), and make train's warm start (recipes/configs/alfworld_sft.yaml on those demonstrations)
+        # over one built here (5 of those 30 games; one build each)
         eval_temperature=0.0,
-        # make train's warm start, by recipes/configs/alfworld_sft.yaml (the same demonstrations, a constant learning
-        # rate): chosen on valid_seen, where it won 11 of 30 games against 5 for this column's cosine-schedule build
         warm_start_adapter="recipes/warm_starts/alfworld",
     ),
     "webshop": Column(
@@ -86,6 +87,17 @@ COLUMNS = {
         sft_episodes=500, sft_epochs=1,
     ),
 }
+
+
+def shipped_adapter_fits(environment: str, column: Column, model: str | None) -> bool:
+    """Whether ``column``'s shipped adapter can start a run of ``model`` (None: the default): it was trained on the
+    column's own model, prompt, horizon and demonstrations, so a run that changes any of them builds its own."""
+    from trl_starpo.models import DEFAULT_MODEL
+
+    own = COLUMNS[environment]
+    return model in (None, DEFAULT_MODEL) and all(
+        getattr(column, name) == getattr(own, name)
+        for name in ("rollout", "environment_kwargs", "sft_episodes", "sft_epochs"))
 
 
 def native_bf16() -> bool:

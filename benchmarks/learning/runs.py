@@ -18,7 +18,8 @@ from .protocol import (
     COLUMNS, Column, METHODS, PRESET_METHODS, RECORDS, ROOT, Scale, WORKDIR, applied_rule, collection_precision,
     native_bf16, recorded_collection_precision, recorded_rule, setting_key,
 )
-from .training import train_dpo, train_preset, warm_start
+from .training import (shipped_warm_start_name, time_split, train_dpo, train_preset, training_means,
+                       warm_start)
 
 
 def record_path(records: Path, environment: str, method: str, seed: int) -> Path:
@@ -45,7 +46,11 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         recorded = json.loads(path.read_text())
         played = recorded.get("held_out", {}).get("tasks_sha256")  # records before 2026-12-05 name none
         same_tasks = played is None or played == tasks_digest(held_out_tasks(environment, column, scale))
-        if (recorded.get("setting") == key and recorded_rule(recorded) == rule and same_tasks
+        # the key names a shipped adapter by its path; a rebuilt one is another warm start
+        same_start = method in ("random", "untrained") or not column.warm_start_adapter or recorded.get(
+            "warm_start") == shipped_warm_start_name(environment, column.warm_start_adapter,
+                                                     resolve_model_path(model_name))
+        if (recorded.get("setting") == key and recorded_rule(recorded) == rule and same_tasks and same_start
                 and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
             print(f"[{environment}] {method} seed {seed}: already recorded with these settings in {path} "
                   f"({recorded.get('recorded')}, commit {str(recorded.get('commit'))[:10]}); not run again "
@@ -61,7 +66,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     (run_dir / "setting.json").write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
 
     curve: list = []
-    means: dict = {}
+    log_history: list = []
     start = None
     if method == "random":
         trained, tokenizer = None, None
@@ -75,7 +80,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         elif method == "dpo":
             trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
         elif method in PRESET_METHODS:
-            trained, tokenizer, curve, means = train_preset(method, environment, column, scale, seed, start, run_dir)
+            trained, tokenizer, curve, log_history = train_preset(method, environment, column, scale, seed, start,
+                                                                  run_dir)
         else:
             raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
     print(f"[{environment}] {method} seed {seed}: evaluating on {scale.eval_episodes} {column.held_out} tasks",
@@ -85,7 +91,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
         "collection_precision": collection_precision(method, scale.bf16), "model": model_name,
         "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
-        "updates": len(curve), "budget": column.budget, "curve": curve, "training_means": means,
+        "updates": len(curve), "budget": column.budget, "curve": curve,
+        "training_means": training_means(log_history), "time_split": time_split(log_history),
         "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), **provenance(ROOT),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import statistics
 from pathlib import Path
 
 from .evaluation import load_model, tasks_digest
@@ -66,18 +68,30 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
     return folder
 
 
+def shipped_warm_start_name(environment: str, adapter: str, model: str) -> str:
+    """The name of ``environment``'s warm start made from the shipped ``adapter`` (a folder relative to the
+    repository) and ``model``: a hash of both, so that a rebuilt adapter is another warm start."""
+    from trl_starpo.models import warm_start_digest
+
+    return f"{environment}-shipped-{warm_start_digest(model, str(ROOT / adapter))[:10]}"
+
+
 def shipped_warm_start(environment: str, adapter: str, model: str, workdir: Path) -> Path:
-    """``model`` with the shipped LoRA ``adapter`` (a folder relative to the repository) merged in, in a folder
-    named by a hash of the two, so that a rebuilt adapter starts new runs (``restart_on_new_warm_start``)."""
+    """``model`` with the shipped LoRA ``adapter`` merged in, in ``workdir``'s folder of warm starts."""
+    from filelock import FileLock
+
     from trl_starpo.models import merged_warm_start
 
-    merged = Path(merged_warm_start(model, str(ROOT / adapter)))
-    folder = workdir / "sft" / f"{environment}-shipped-{merged.name[:10]}"
-    if not (folder / "warm_start.json").is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(folder, ignore_errors=True)
-        shutil.copytree(merged, folder)
-        (folder / "warm_start.json").write_text(json.dumps({"adapter": adapter, "base_model": model}))
+    folder = workdir / "sft" / shipped_warm_start_name(environment, adapter, model)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):  # runs started side by side copy it once
+        if not (folder / "warm_start.json").is_file():
+            staging = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.copytree(merged_warm_start(model, str(ROOT / adapter)), staging)
+            (staging / "warm_start.json").write_text(json.dumps({"adapter": adapter, "base_model": model}))
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(staging, folder)
     return folder
 
 
@@ -158,8 +172,8 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         trainer.state = TrainerState.load_from_json(str(Path(last) / TRAINER_STATE_NAME))
     else:
         trainer.train(resume_from_checkpoint=last)
-    means = training_means(trainer.state.log_history)
-    return trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, progress.curve, means
+    return trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class, progress.curve, \
+        trainer.state.log_history
 
 
 TRAINING_SERIES = (
@@ -167,10 +181,10 @@ TRAINING_SERIES = (
     "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
     "gigpo/step_group_size", "critic/thinking_scale", "critic/scale_on_credit", "critic/scale_on_blame",
     "critic/advantage_shift",
-    # where an update's wall time went (trl_starpo/timing.py): seconds per update
-    "time/generation", "time/environment", "time/scoring", "time/loss_forward", "time/backward", "time/optimizer",
-    "time/other", "time/step",
 )
+# where an update's wall time went (trl_starpo/timing.py): seconds per update
+TIME_SERIES = ("time/generation", "time/environment", "time/scoring", "time/loss_forward", "time/backward",
+               "time/optimizer", "time/other", "time/step")
 
 
 def last_whole_checkpoint(run_dir: Path) -> str | None:
@@ -188,17 +202,24 @@ def last_whole_checkpoint(run_dir: Path) -> str | None:
 
 def training_means(log_history: list[dict]) -> dict[str, float]:
     """The mean over a run's logged updates of the figures that say why it did or did not learn (groups without
-    spread, valid actions, GiGPO's step groups, ...); for the ``time/*`` seconds, the median: an update during which
-    the process was stopped or the machine busy would otherwise outweigh all the others."""
-    import statistics
+    spread, valid actions, GiGPO's step groups, ...)."""
+    return _averages(log_history, TRAINING_SERIES, statistics.fmean)
 
-    means = {}
-    for name in TRAINING_SERIES:
+
+def time_split(log_history: list[dict]) -> dict[str, float]:
+    """The median seconds per update of each phase (``time/*``): an update during which the process was stopped or
+    the machine busy would outweigh all the others in a mean. Medians of the phases need not add up to the median
+    step."""
+    return _averages(log_history, TIME_SERIES, statistics.median)
+
+
+def _averages(log_history: list[dict], series, average) -> dict[str, float]:
+    averages = {}
+    for name in series:
         values = [float(entry[name]) for entry in log_history if isinstance(entry.get(name), (int, float))]
         if values:
-            average = statistics.median if name.startswith("time/") else statistics.fmean
-            means[name] = round(average(values), 4)
-    return means
+            averages[name] = round(average(values), 4)
+    return averages
 
 
 def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
