@@ -369,7 +369,8 @@ def main(argv=None) -> None:
         print(json.dumps(CHILDREN[job](json.loads(spec))))
         return
 
-    record: dict = {"date": datetime.date.today().isoformat(), "quick": args.quick, "threads": args.threads}
+    started = datetime.datetime.now()
+    record: dict = {"date": started.date().isoformat(), "quick": args.quick, "threads": args.threads}
     with tempfile.TemporaryDirectory() as scratch:
         spec = {"quick": args.quick, "batch": str(Path(scratch, "batch.pkl"))}
         record["peak_before"] = run_child("peak", {}, args.threads)
@@ -426,7 +427,8 @@ def main(argv=None) -> None:
     print("\n" + text)
     if not args.no_record:
         RUNS.mkdir(exist_ok=True)
-        (RUNS / f"{record['date']}{'-quick' if args.quick else ''}.json").write_text(json.dumps(record, indent=1))
+        # named to the minute, as horizon_runs/: a second run the same day keeps the first one's record
+        (RUNS / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json").write_text(json.dumps(record, indent=1))
         with RESULTS.open("a") as results:
             results.write("\n" + text + "\n")
         print(f"\nappended to {RESULTS}")
