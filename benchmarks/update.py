@@ -428,7 +428,8 @@ def main(argv=None) -> None:
     if not args.no_record:
         RUNS.mkdir(exist_ok=True)
         # named to the minute, as horizon_runs/: a second run the same day keeps the first one's record
-        (RUNS / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json").write_text(json.dumps(record, indent=1))
+        path = RUNS / f"{started:%Y-%m-%d-%H%M}{'-quick' if args.quick else ''}.json"
+        path.write_text(json.dumps(record, indent=1))
         with RESULTS.open("a") as results:
             results.write("\n" + text + "\n")
         print(f"\nappended to {RESULTS}")
