@@ -778,14 +778,17 @@ def test_a_column_starts_from_its_shipped_adapter(learning, adapter_dir, tiny_mo
     start = learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work)
     assert start.parent == work / "sft" and start.name.startswith("hotpotqa-shipped-")
     assert start.name == learning.training.shipped_warm_start_name("hotpotqa", "adapter", tiny_model_dir)
-    assert json.loads((start / "warm_start.json").read_text())["adapter"] == "adapter"
+    assert start.resolve().parent == tmp_path / "cache" / "warm_starts"  # the merged model, not a copy of it
     merged, base = load_file(start / "model.safetensors"), load_file(Path(tiny_model_dir) / "model.safetensors")
     assert any(not torch.equal(merged[name], base[name]) for name in base)  # the adapter's update is in the weights
-    monkeypatch.setattr(learning.training.shutil, "copytree", lambda *args: pytest.fail("copied again"))
+    monkeypatch.setattr(Path, "symlink_to", lambda *args, **kwargs: pytest.fail("linked again"))
     assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work) == start
     monkeypatch.undo()
     monkeypatch.setenv("TRL_STARPO_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(learning.training, "ROOT", tmp_path)
+    shutil.rmtree(start.resolve())  # the cache emptied: merged and linked again
+    assert learning.training.warm_start("hotpotqa", column, scale, tiny_model_dir, work) == start
+    assert (start / "model.safetensors").is_file()
     # a rebuilt adapter is another warm start, whose runs start over (runs.restart_on_new_warm_start)
     config = json.loads((adapter_dir / "adapter_config.json").read_text())
     (adapter_dir / "adapter_config.json").write_text(json.dumps({**config, "revision": "rebuilt"}))

@@ -77,21 +77,18 @@ def shipped_warm_start_name(environment: str, adapter: str, model: str) -> str:
 
 
 def shipped_warm_start(environment: str, adapter: str, model: str, workdir: Path) -> Path:
-    """``model`` with the shipped LoRA ``adapter`` merged in, in ``workdir``'s folder of warm starts."""
-    from filelock import FileLock
-
+    """``model`` with the shipped LoRA ``adapter`` merged in (``merged_warm_start``, kept in the package's cache), linked
+    under ``workdir``'s warm starts by the name its runs' records carry."""
     from trl_starpo.models import merged_warm_start
 
+    merged = Path(merged_warm_start(model, str(ROOT / adapter)))
     folder = workdir / "sft" / shipped_warm_start_name(environment, adapter, model)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{folder}.lock"):  # runs started side by side copy it once
-        if not (folder / "warm_start.json").is_file():
-            staging = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.copytree(merged_warm_start(model, str(ROOT / adapter)), staging)
-            (staging / "warm_start.json").write_text(json.dumps({"adapter": adapter, "base_model": model}))
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(staging, folder)
+    if not folder.exists():  # absent, or a link whose merged folder was removed from the cache
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        link = folder.with_name(f"{folder.name}.{os.getpid()}.link")  # one per process: runs side by side race
+        link.unlink(missing_ok=True)
+        link.symlink_to(merged, target_is_directory=True)
+        os.replace(link, folder)
     return folder
 
 
