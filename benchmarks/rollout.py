@@ -246,6 +246,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def publish(text: str, record: bool) -> None:
+    """Print a benchmark's report and, with ``record``, append it to RESULTS.md."""
+    print("\n" + text)
+    if record:
+        with RESULTS.open("a") as results:
+            results.write("\n" + text + "\n")
+        print(f"\nappended to {RESULTS}")
+
+
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{describe(provenance())}, {os.cpu_count()} CPUs ({platform.machine()}), "
@@ -311,12 +320,7 @@ def main(argv=None) -> None:
     ]
     if sizes:
         report += ["", sizes]
-    text = "\n".join(report)
-    print("\n" + text)
-    if not args.no_record:
-        with RESULTS.open("a") as results:
-            results.write("\n" + text + "\n")
-        print(f"\nappended to {RESULTS}")
+    publish("\n".join(report), record=not args.no_record)
 
 
 if __name__ == "__main__":
