@@ -1,19 +1,19 @@
 """An inference engine beside the trainer: does llama.cpp generate rollouts faster than the trainer's decode loop?
 
-The engine route (issue: "time to result") would keep a second copy of the policy in llama.cpp, sample every rollout
-there from token ids, and push the weights after each update. This script measures what that route would buy on this
-machine before any of it is built into the trainer, side by side in one run on ``benchmarks/rollout.py``'s workload
-(the same prompt, 40 new tokens and 60 observation tokens a turn, min_new_tokens holding back the end of turn):
+An inference engine beside the trainer would keep a second copy of the policy in llama.cpp, sample every rollout
+there from token ids, and receive the weights after each update. This script measures what that would buy on this
+machine, side by side in one run on ``benchmarks/rollout.py``'s workload (the same prompt, 40 new tokens and 60
+observation tokens a turn, min_new_tokens holding back the end of turn):
 
 - generated tokens/s of ``CachedTransformersGenerator`` (what the trainer uses: bf16 autocast, LoRA rank 16, frozen
   weights held in bf16) and of llama.cpp sampling the same policy from a GGUF of its merged weights (f16 and q8_0),
   each row a llama.cpp sequence whose KV cache is kept across turns, batched in one ``llama_decode`` per step;
 - the weight sync an update would pay: merging the LoRA adapter, writing the GGUF, loading it;
-- the log-prob gap: for tokens each backend sampled (temperature 1, no other processor), the trainer's own bf16
-  log-probs minus the sampler's, whose exponential is the importance ratio a trainer would have to correct.
+- the log-prob gap: the same responses scored by each sampler (teacher-forced) against the policy in fp32; the
+  exponential of the gap is the importance ratio a trainer would have to correct.
 
 Needs ``pip install llama-cpp-python==0.3.36`` (it builds llama.cpp from source). Usage:
-``python benchmarks/inference_engine.py`` (about 6 minutes on 2 CPU cores); ``--no-record`` prints only.
+``python benchmarks/inference_engine.py`` (about 8 minutes on 2 CPU cores); ``--no-record`` prints only.
 """
 
 from __future__ import annotations
@@ -85,15 +85,15 @@ def write_gguf(model, tokenizer, path: Path, matrices: str) -> None:
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
-    writer.add_rope_dimension_count(config.hidden_size // heads)
+    writer.add_rope_dimension_count(getattr(config, "head_dim", None) or config.hidden_size // heads)
     writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]))
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_vocab_size(config.vocab_size)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if matrices == "f16" else gguf.LlamaFileType.MOSTLY_Q8_0)
     tokens = [f"[unused{i}]" for i in range(config.vocab_size)]
+    types = [gguf.TokenType.UNUSED] * config.vocab_size
     for text, index in tokenizer.get_vocab().items():
-        tokens[index] = text
-    types = [gguf.TokenType.NORMAL] * config.vocab_size
+        tokens[index], types[index] = text, gguf.TokenType.NORMAL
     for index, token in tokenizer.added_tokens_decoder.items():
         types[index] = gguf.TokenType.CONTROL if token.special else gguf.TokenType.USER_DEFINED
     merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
@@ -182,13 +182,14 @@ class LlamaCppSampler:
     def generate(self, contexts: dict[int, list[int]], max_new_tokens: int) -> dict[int, list[int]]:
         items = []
         for key, context in contexts.items():
+            self.sequence.setdefault(key, len(self.sequence))
             held = self.held.get(key, [])
-            if key not in self.sequence or context[:len(held)] != held or len(context) <= len(held):
-                self.sequence.setdefault(key, len(self.sequence))
-                self.lib.llama_memory_seq_rm(self.memory, self.sequence[key], -1, -1)
-                held = []
-            items += [(token, position, self.sequence[key], position == len(context) - 1)
-                      for position, token in enumerate(context) if position >= len(held)]
+            kept = 0  # the cached tokens this context starts with (at least one token is fed, for its logits)
+            while kept < min(len(held), len(context) - 1) and held[kept] == context[kept]:
+                kept += 1
+            self.lib.llama_memory_seq_rm(self.memory, self.sequence[key], kept, -1)
+            items += [(context[position], position, self.sequence[key], position == len(context) - 1)
+                      for position in range(kept, len(context))]
             self.held[key] = list(context)
         logits = self._decode(items)
         live, new, logprobs = list(contexts), {key: [] for key in contexts}, {key: [] for key in contexts}
@@ -213,28 +214,46 @@ class LlamaCppSampler:
         return new
 
 
-def logprob_gap(model, generator, prompt: list[int], rows: int, new_tokens: int) -> dict:
-    """Sample ``rows`` responses at temperature 1 and compare the sampler's log-probs with the trainer's bf16 ones."""
+def sampler_logprobs(sampler, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """Log-probs (temperature 1) a sampler gives ``response`` after ``prompt``, teacher-forced."""
+    ids = prompt + response
+    if isinstance(sampler, LlamaCppSampler):
+        sampler.reset()
+        logits = sampler._decode([(token, position, 0, position >= len(prompt) - 1)
+                                  for position, token in enumerate(ids[:-1])])
+    else:
+        logits = sampler(input_ids=torch.tensor([ids])).logits[0, len(prompt) - 1:-1].float()
+    return logits.log_softmax(dim=-1).gather(1, torch.tensor(response)[:, None]).squeeze(1)
+
+
+def logprob_gaps(model, engines: dict, prompt: list[int], eos: list[int], rows: int, new_tokens: int) -> dict:
+    """Sample ``rows`` responses from the policy in fp32 at temperature 1; score them with the trainer's bf16
+    forward and with each engine, and compare each with the fp32 log-probs."""
     torch.manual_seed(0)
-    contexts = {row: list(prompt) for row in range(rows)}
-    with sampling_precision(model, "bf16"):
-        responses = generator.generate(contexts, new_tokens)
-        gaps = []
-        for row, response in responses.items():
-            ids = torch.tensor([prompt + response])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
-            trainer = logits.log_softmax(dim=-1).gather(1, ids[0, len(prompt):, None]).squeeze(1)
-            gaps += (trainer - torch.tensor(generator.last_logprobs[row])).tolist()
-    gaps = torch.tensor(gaps)
-    ratios = gaps.exp()
-    return {"tokens": len(gaps), "mean_abs": gaps.abs().mean().item(), "max_abs": gaps.abs().max().item(),
-            "ratio_outside_0.8_1.25": ((ratios < 0.8) | (ratios > 1.25)).float().mean().item()}
+    generator = CachedTransformersGenerator(model, pad_token_id=eos[0], eos_token_ids=eos,
+                                            generation_config=GenerationConfig(do_sample=True, temperature=1.0))
+    with torch.no_grad():
+        responses = list(generator.generate({row: list(prompt) for row in range(rows)}, new_tokens).values())
+        reference = [sampler_logprobs(model, prompt, response) for response in responses]
+        scored = {}
+        with sampling_precision(model, "bf16"):
+            scored["trainer (torch, bf16)"] = [sampler_logprobs(model, prompt, response) for response in responses]
+        for name, engine in engines.items():
+            scored[name] = [sampler_logprobs(engine, prompt, response) for response in responses]
+    gaps = {}
+    for name, logprobs in scored.items():
+        gap = torch.cat([a - b for a, b in zip(reference, logprobs)])
+        ratio = gap.exp()
+        gaps[name] = {"tokens": len(gap), "mean_abs": gap.abs().mean().item(), "max_abs": gap.abs().max().item(),
+                      "ratio_outside_0.8_1.25": ((ratio < 0.8) | (ratio > 1.25)).float().mean().item()}
+    return gaps
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[16, 64])
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=[4, 8, 16])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--gap-rows", type=int, default=32, help="Responses of up to 64 tokens scored for the gap.")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args(argv)
@@ -266,14 +285,16 @@ def main(argv=None) -> None:
             start = time.perf_counter()
             engines[matrices] = LlamaCppSampler(folder / f"{matrices}.gguf", rows=size, context=1024,
                                                 threads=args.threads, eos_token_ids=eos, generation_config=config)
-            sync[matrices]["load_s"] = time.perf_counter() - start
+            sync[matrices].setdefault("load_s", time.perf_counter() - start)  # at the first batch size
         paths = {"trainer (torch, bf16)": cached, **{f"llama.cpp {m}": e for m, e in engines.items()}}
         seconds = {name: [] for name in paths}
         for name, generator in paths.items():  # warm-up
             with sampling_precision(model, "bf16"):
                 run_multi_turn(generator, prompt, observation, Workload(size, 2, 4, 60))
-        for repeat in range(args.repeats):
-            for name, generator in paths.items():
+        names = list(paths)
+        for repeat in range(args.repeats):  # the order rotates, so no sampler always runs first
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                generator = paths[name]
                 torch.manual_seed(repeat)
                 with sampling_precision(model, "bf16"):
                     start = time.perf_counter()
@@ -282,37 +303,38 @@ def main(argv=None) -> None:
                 print(f"  batch {size} repeat {repeat + 1} {name}: {seconds[name][-1]:.1f} s", flush=True)
         for name in paths:
             median = statistics.median(seconds[name])
-            rows.append((size, name, median, workload.generated_tokens / median))
-        if size == args.batch_sizes[0]:
-            plain = GenerationConfig(do_sample=True, temperature=1.0)
-            gaps = {"trainer (torch, bf16)": logprob_gap(model, CachedTransformersGenerator(
-                model, pad_token_id=tokenizer.pad_token_id, eos_token_ids=eos, generation_config=plain),
-                prompt, size, 64)}
-            for matrices, engine in engines.items():
-                engine.config = plain
-                gaps[f"llama.cpp {matrices}"] = logprob_gap(model, engine, prompt, size, 64)
+            rows.append((size, name, median, workload.generated_tokens / median, min(seconds[name]),
+                         max(seconds[name])))
         for engine in engines.values():
             engine.close()
 
-    baseline = {size: tps for size, name, _, tps in rows if name.startswith("trainer")}
+    plain = GenerationConfig(do_sample=True, temperature=1.0)
+    scorers = {f"llama.cpp {m}": LlamaCppSampler(folder / f"{m}.gguf", rows=1, context=1024, threads=args.threads,
+                                                 eos_token_ids=eos, generation_config=plain) for m in ("f16", "q8_0")}
+    gaps = logprob_gaps(model, scorers, prompt, eos, args.gap_rows, 64)
+    for scorer in scorers.values():
+        scorer.close()
+
+    baseline = {size: tps for size, name, _, tps, *_ in rows if name.startswith("trainer")}
     report = [
         f"### {datetime.date.today().isoformat()}: llama.cpp beside the trainer (inference_engine.py)",
         "",
         f"{machine()}; llama-cpp-python 0.3.36. SmolLM2-135M-Instruct with a LoRA adapter of rank 16 on every "
         f"projection; {len(prompt)}-token prompt, 5 turns of 40 new tokens and 60 observation tokens; "
-        f"medians of {args.repeats} interleaved repeats.",
+        f"medians of {args.repeats} interleaved repeats (their order rotating), with the range.",
         "",
-        "| batch | sampler | seconds | generated tokens/s | / trainer's |",
-        "|---:|---|---:|---:|---:|",
-        *[f"| {size} | {name} | {median:.1f} | {tps:.1f} | {tps / baseline[size]:.2f} |"
-          for size, name, median, tps in rows],
+        "| batch | sampler | seconds | range | generated tokens/s | / trainer's |",
+        "|---:|---|---:|---|---:|---:|",
+        *[f"| {size} | {name} | {median:.1f} | {low:.1f}-{high:.1f} | {tps:.1f} | {tps / baseline[size]:.2f} |"
+          for size, name, median, tps, low, high in rows],
         "",
-        "Weight sync an update would pay (merge the adapter, write the GGUF, load it): "
+        f"Weight sync an update would pay (merge the adapter, write the GGUF, load it with a context for "
+        f"{args.batch_sizes[0]} rows): "
         + "; ".join(f"{m}: {s['merge_and_write_s']:.1f} s to write {s['file_mb']:.0f} MB, {s['load_s']:.1f} s to "
                     f"load" for m, s in sync.items()) + ".",
         "",
-        f"Log-prob gap on {args.batch_sizes[0]} responses of up to 64 tokens sampled at temperature 1 (trainer's "
-        "bf16 log-prob minus the sampler's):",
+        f"Log-prob gap on {args.gap_rows} responses of up to 64 tokens, sampled from the policy in fp32 at temperature "
+        "1 and scored by each sampler (the fp32 log-prob minus the sampler's):",
         "",
         "| sampler | tokens | mean abs gap | max abs gap | importance ratio outside [0.8, 1.25] |",
         "|---|---:|---:|---:|---:|",
