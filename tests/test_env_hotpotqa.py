@@ -345,8 +345,9 @@ def test_shipped_splits_and_corpus():
     assert set(splits["test"].column_names) == {"task_id", "version", "question", "answer", "type", "supporting_facts"}
     questions = [q for ds in splits.values() for q in ds["question"]]
     assert len(set(questions)) == len(questions)
-    for ds in splits.values():
-        assert set(ds["type"]) == {"bridge", "comparison"} and set(ds["version"]) == {"1.0"}
+    for split, ds in splits.items():
+        assert set(ds["type"]) == {"bridge", "comparison"}
+        assert set(ds["version"]) == {"1.1" if split == "test" else "1.0"}  # test was drawn anew in 1.1
     assert starpo_hotpotqa.load_tasks()["validation"].num_rows == 200
     corpus = starpo_hotpotqa.load_corpus()
     assert len(set(corpus["title"])) == corpus.num_rows == len(starpo_hotpotqa.default_corpus())
@@ -393,6 +394,21 @@ def test_random_agent_over_admissible_actions_plays_valid_actions():
         while not (terminated or truncated):
             _, _, terminated, truncated, info = env.step(rng.choice(env.admissible_actions()))
             assert info["action_is_valid"]
+
+
+def test_the_test_split_is_a_new_draw_sharing_no_name_with_the_first(monkeypatch):
+    import starpo_hotpotqa.generate as generator
+
+    first = dict(generator.DRAWS[:3])  # the generator as it was before the test split was drawn anew
+    monkeypatch.setattr(generator, "DRAWS", tuple(first.items()))
+    monkeypatch.setattr(generator, "SPLIT_VERSIONS", first)
+    corpus, tasks = generate(0, split_sizes={"train": 1, "validation": 1, "test": 1})
+    assert tasks["test"][0]["question"] == (  # the first draw's test question 0, as it shipped
+        "About how many students does the university where Filiia Katurkski studied have?")
+    first_names = {page["title"] for page in corpus if page["world"] == "test"}
+    shipped = [json.loads(line) for line in CORPUS_FILE.read_text(encoding="utf-8").splitlines()]
+    names = {page["title"] for page in shipped if page["world"] == "test"}
+    assert len(names) == len(first_names) == 238 and not names & first_names
 
 
 def test_generator_is_deterministic_and_reproduces_the_shipped_files():

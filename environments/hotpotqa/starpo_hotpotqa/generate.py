@@ -28,8 +28,14 @@ from .hotpotqa_answer.hotpotqa_answer import normalize_answer
 
 __all__ = ["VERSION", "SPLIT_SIZES", "WORLD_SIZES", "WorldSize", "generate"]
 
-VERSION = "1.0"
+VERSION = "1.1"
 SPLITS = ("train", "validation", "test")
+# Each split's world and questions are drawn in order, from the generator version that last drew that split: 1.1 drew
+# the test split anew (the learning benchmark's settings had been chosen on the 1.0 draw, so it no longer measured
+# held-out tasks). A split drawn again replaces its earlier draw, whose entity names stay taken, so the new world
+# shares no name with the one it replaces; train and validation keep their 1.0 draw byte for byte.
+DRAWS = (("train", "1.0"), ("validation", "1.0"), ("test", "1.0"), ("test", "1.1"))
+SPLIT_VERSIONS = dict(DRAWS)  # the last draw of each split wins
 SPLIT_SIZES = {"train": 1000, "validation": 200, "test": 200}
 BRIDGE_SHARE = 0.8  # HotPotQA's dev set is about 80% bridge, 20% comparison questions.
 LAST_YEAR = 2023
@@ -743,7 +749,8 @@ def _comparison(text: str, answer: str, a: Any, b: Any, key_a: str, key_b: str) 
 # Splits
 
 
-def _task_row(question: Question, world: World, env: HotpotQAEnv, task_id: str) -> dict[str, Any] | None:
+def _task_row(question: Question, world: World, env: HotpotQAEnv, task_id: str,
+              version: str) -> dict[str, Any] | None:
     """The task row of ``question``, or ``None`` if it fails a check: the bridge's first page names the second, the
     answer is in the supporting sentence and not in the question, and the scripted expert answers it in time."""
     facts = [(title, world.pages[title].facts[key]) for title, key in question.supporting_facts]
@@ -758,7 +765,7 @@ def _task_row(question: Question, world: World, env: HotpotQAEnv, task_id: str) 
             return None
     row = {
         "task_id": task_id,
-        "version": VERSION,
+        "version": version,
         "question": question.question,
         "answer": question.answer,
         "type": question.type,
@@ -794,8 +801,8 @@ def generate(
     """
     used: set[str] = set()
     worlds = {}
-    for split in SPLITS:
-        rng = random.Random(f"starpo-hotpotqa/{VERSION}/{seed}/{split}/world")
+    for split, version in DRAWS:
+        rng = random.Random(f"starpo-hotpotqa/{version}/{seed}/{split}/world")
         worlds[split] = build_world(split, world_sizes[split], rng, Namer(rng, used))
     pages = [page for world in worlds.values() for page in world.pages.values()]
     env = HotpotQAEnv(corpus=Corpus((page.title, page.sentences) for page in pages), max_steps=MAX_STEPS)
@@ -803,14 +810,15 @@ def generate(
     seen: set[str] = set()
     tasks: dict[str, list[dict[str, Any]]] = {}
     for split in SPLITS:
-        rng = random.Random(f"starpo-hotpotqa/{VERSION}/{seed}/{split}/questions")
+        version = SPLIT_VERSIONS[split]
+        rng = random.Random(f"starpo-hotpotqa/{version}/{seed}/{split}/questions")
         rows = tasks[split] = []
         questions = _questions(worlds[split], rng)
         while len(rows) < split_sizes[split]:
             question = next(questions)
             if question.question in seen:
                 continue
-            row = _task_row(question, worlds[split], env, f"hotpotqa-{split}-{len(rows):05d}")
+            row = _task_row(question, worlds[split], env, f"hotpotqa-{split}-{len(rows):05d}", version)
             if row is not None:
                 seen.add(question.question)
                 rows.append(row)
