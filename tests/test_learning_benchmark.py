@@ -397,9 +397,7 @@ def test_a_smaller_warm_start_is_its_own_setting(learning, monkeypatch, tmp_path
 
 
 def test_an_ablation_swaps_the_presets_advantage_estimator(learning, monkeypatch, tmp_path):
-    import trl_starpo
-
-    chosen, configured = [], {}
+    chosen = []
     monkeypatch.setattr(learning.cli, "run_one", lambda *args, scale, **_: chosen.append(scale) or dict(
         updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
     learning.cli.main(["--env", "hotpotqa", "--method", "starpo-s", "--advantage-estimator", "gigpo", "--records",
@@ -407,6 +405,16 @@ def test_an_ablation_swaps_the_presets_advantage_estimator(learning, monkeypatch
     assert chosen[0].advantage_estimator == "gigpo"
     with pytest.raises(SystemExit):
         learning.cli.main(["--method", "starpo-s", "--advantage-estimator", "gipgo", "--records", str(tmp_path)])
+    configured = starpo_config_of(learning, monkeypatch, "starpo-s", "hotpotqa", learning.protocol.COLUMNS["hotpotqa"],
+                                  chosen[0], 0, tmp_path, tmp_path / "run")
+    assert configured["preset"] == "starpo-s" and configured["advantage_estimator"] == "gigpo"
+
+
+def starpo_config_of(learning, monkeypatch, *train_preset_args) -> dict:
+    """The StarPOConfig arguments ``learning.training.train_preset(*train_preset_args)`` builds, stopped there."""
+    import trl_starpo
+
+    configured = {}
 
     class Configured(Exception):
         pass
@@ -417,10 +425,8 @@ def test_an_ablation_swaps_the_presets_advantage_estimator(learning, monkeypatch
 
     monkeypatch.setattr(trl_starpo, "StarPOConfig", configure)
     with pytest.raises(Configured):
-        learning.training.train_preset("starpo-s", "hotpotqa", learning.protocol.COLUMNS["hotpotqa"], chosen[0], 0,
-                                       tmp_path,
-                              tmp_path / "run")
-    assert configured["preset"] == "starpo-s" and configured["advantage_estimator"] == "gigpo"
+        learning.training.train_preset(*train_preset_args)
+    return configured
 
 
 def test_the_presets_thinking_scale_rules_are_the_trainers(learning):
@@ -752,6 +758,36 @@ def test_long_episodes_under_a_window_are_a_setting_of_their_own(learning, monke
     assert command == ("--max-turns", "50", "--context-policy", "window", "--history-turns", "3")
     with pytest.raises(SystemExit):  # never into the main table's records
         learning.cli.main(["--env", "alfworld", "--method", "sft", "--context-policy", "window"])
+
+
+def test_the_thinking_ablations_are_settings_of_their_own(learning, monkeypatch, tmp_path):
+    chosen, commands = [], []
+    monkeypatch.setattr(learning.cli, "run_one", lambda *args, column, scale, **_: chosen.append((column, scale)) or
+                        dict(updates=0, turns=0, held_out=dict(successes=0, episodes=0)))
+    monkeypatch.setattr(learning.cli, "run_processes", lambda c, jobs, logs: commands.append(c) or [])
+    protocol, records = learning.protocol, ["--records", str(tmp_path)]
+    learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--no-thinking-critic", *records])
+    learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--answer-only", *records])
+    (no_critic_column, no_critic), (answer_only, scale) = chosen
+    column = protocol.COLUMNS["alfworld"]
+    assert no_critic.thinking_critic is False and no_critic_column == column  # thinking kept, the critic off
+    assert answer_only.rollout["enable_thinking"] is False and column.rollout["enable_thinking"] is True
+    assert answer_only.warm_start_adapter is None  # the shipped adapter thinks: a warm start made the same way
+    keys = {protocol.setting_key("alfworld", c, s, "m") for c, s in ((column, protocol.Scale()), chosen[0], chosen[1])}
+    assert len(keys) == 3
+    # no thinking critic acts, so none names a rule
+    assert protocol.applied_rule("starpo-s", column, no_critic) is None
+    assert protocol.applied_rule("starpo-s", answer_only, scale) is None
+    assert protocol.applied_rule("starpo-s", column, protocol.Scale()) == "multiplicative"
+    learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--seed", "0", "1", "--no-thinking-critic",
+                       "--answer-only", *records])
+    assert all("--no-thinking-critic" in c and "--answer-only" in c for c in commands[-1].values())
+    for flag in ("--no-thinking-critic", "--answer-only"):
+        with pytest.raises(SystemExit):  # never into the main table's records
+            learning.cli.main(["--env", "alfworld", "--method", "starpo-s", flag])
+    configured = starpo_config_of(learning, monkeypatch, "starpo-s", "alfworld", column, no_critic, 0, tmp_path,
+                                  tmp_path / "run")
+    assert configured["preset"] == "starpo-s" and configured["thinking_critic"] is False
 
 
 def test_checkpoints_from_another_warm_start_are_not_resumed(learning, tmp_path):

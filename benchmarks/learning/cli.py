@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> None:
                         help="An ablation: the advantage estimator of the RL presets (StarPOConfig."
                              "advantage_estimator, e.g. gigpo with --method starpo-s; default: each preset's). Records "
                              "of an ablation belong in their own --records folder.")
+    parser.add_argument("--no-thinking-critic", action="store_true",
+                        help="An ablation: the RL presets without the thinking-quality critic (StarPOConfig."
+                             "thinking_critic=False), thinking kept. Records belong in their own --records folder.")
+    parser.add_argument("--answer-only", action="store_true",
+                        help="An ablation: turns that answer without thinking (StarPOConfig.enable_thinking=False), "
+                             "from a warm start made the same way. Records belong in their own --records folder.")
     parser.add_argument("--dpo-pairs", choices=DPO_PAIRINGS, default="best_worst",
                         help="How the dpo row pairs episodes (TrajectoryDPOConfig.pairs): the policy's best against "
                              "its worst episode of a task, or ETO's `expert`, the expert's episode against the "
@@ -104,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     if (args.max_turns or args.context_policy) and not args.table and records.resolve() == RECORDS:
         parser.error("--max-turns and --context-policy make another setting than the main table's: give it its own "
                      "--records folder (e.g. --records benchmarks/learning_runs/ablations/alfworld-50-window)")
+    if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
+        parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
+                     "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
     if args.table:
         # another folder's records (an earlier sitting's) are printed with their curves, not written into results.md
         print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))
@@ -129,7 +138,7 @@ def main(argv: list[str] | None = None) -> None:
         column = COLUMNS[environment]
         chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule,
                       advantage_estimator=args.advantage_estimator, learning_rate=args.learning_rate,
-                      dpo_pairs=args.dpo_pairs)
+                      dpo_pairs=args.dpo_pairs, thinking_critic=False if args.no_thinking_critic else None)
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
@@ -141,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.held_out_split:
             column = dataclasses.replace(column, held_out=args.held_out_split)
         column = with_horizon(column, args.max_turns, args.context_policy, args.history_turns)
+        if args.answer_only:
+            column = dataclasses.replace(column, rollout={**column.rollout, "enable_thinking": False})
         if column.warm_start_adapter and not shipped_adapter_fits(environment, column, args.model):
             print(f"[{environment}] the shipped warm start ({column.warm_start_adapter}) was trained for the column's "
                   "own model, prompt and demonstrations: this setting builds its own", flush=True)
@@ -166,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--advantage-estimator", args.advantage_estimator] if args.advantage_estimator else []
     forwarded += ["--dpo-pairs", args.dpo_pairs]
+    forwarded += ["--no-thinking-critic"] * args.no_thinking_critic + ["--answer-only"] * args.answer_only
     forwarded += ["--smoke"] if args.smoke else ["--eval-episodes", str(args.eval_episodes)]
     forwarded += ["--rerun"] if args.rerun else []
     commands = {f"{environment}/{method}/seed {seed}": [sys.executable, str(ENTRY), "--env", environment, "--method",

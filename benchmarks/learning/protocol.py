@@ -124,6 +124,7 @@ class Scale:
     num_iterations: int = 1  # optimizer passes over each rollout batch (GRPOConfig.num_iterations; RL presets only)
     thinking_scale_rule: str | None = None  # StarPOConfig.thinking_scale_rule; None: the preset's (RL presets only)
     advantage_estimator: str | None = None  # StarPOConfig.advantage_estimator; None: the preset's (an ablation knob)
+    thinking_critic: bool | None = None  # StarPOConfig.thinking_critic; None: the preset's (an ablation knob)
     lora_r: int = 16
     sft_learning_rate: float = 1e-3
     dpo_learning_rate: float = 5e-5
@@ -151,7 +152,8 @@ def setting_key(environment: str, column: Column, scale: Scale, model: str) -> s
     """A short hash of everything a run's result depends on (the method and seed aside)."""
     scale_fields = dataclasses.asdict(scale)
     for name, defaults in (("num_iterations", (1,)), ("thinking_scale_rule", (None, FORMER_THINKING_SCALE_RULE)),
-                           ("advantage_estimator", (None,)), ("dpo_pairs", ("best_worst",))):
+                           ("advantage_estimator", (None,)), ("dpo_pairs", ("best_worst",)),
+                           ("thinking_critic", (None,))):
         if scale_fields[name] in defaults:
             del scale_fields[name]  # added later: records made before it keep their key
     column_fields = dataclasses.asdict(column)
@@ -169,7 +171,7 @@ def thinks(rollout: dict) -> bool:
 
 def applied_rule(method: str, column: Column, scale: Scale) -> str | None:
     """The thinking-scale rule a run of ``method`` applies on ``column`` (None where no thinking critic acts)."""
-    if method not in PRESET_THINKING_SCALE_RULES or not thinks(column.rollout):
+    if method not in PRESET_THINKING_SCALE_RULES or not thinks(column.rollout) or scale.thinking_critic is False:
         return None
     return scale.thinking_scale_rule or PRESET_THINKING_SCALE_RULES[method]
 

@@ -159,6 +159,7 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         environment_kwargs=column.environment_kwargs, **column.rollout,
         **({"thinking_scale_rule": scale.thinking_scale_rule} if scale.thinking_scale_rule else {}),
         **({"advantage_estimator": scale.advantage_estimator} if scale.advantage_estimator else {}),
+        **({"thinking_critic": scale.thinking_critic} if scale.thinking_critic is not None else {}),
     )
     lora = LoraConfig(r=scale.lora_r, lora_alpha=2 * scale.lora_r, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
     trainer = BudgetedTrainer(str(start), environment=environment, args=args, callbacks=[progress],
