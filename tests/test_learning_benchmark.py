@@ -785,6 +785,11 @@ def test_the_thinking_ablations_are_settings_of_their_own(learning, monkeypatch,
     for flag in ("--no-thinking-critic", "--answer-only"):
         with pytest.raises(SystemExit):  # never into the main table's records
             learning.cli.main(["--env", "alfworld", "--method", "starpo-s", flag])
+        with pytest.raises(SystemExit):  # nothing to ablate where turns answer only
+            learning.cli.main(["--env", "hotpotqa", "--method", "starpo-s", flag, *records])
+        with pytest.raises(SystemExit):  # no critic to set a rule for
+            learning.cli.main(["--env", "alfworld", "--method", "starpo-s", flag, "--thinking-scale-rule", "relative",
+                               *records])
     configured = starpo_config_of(learning, monkeypatch, "starpo-s", "alfworld", column, no_critic, 0, tmp_path,
                                   tmp_path / "run")
     assert configured["preset"] == "starpo-s" and configured["thinking_critic"] is False

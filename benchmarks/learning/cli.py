@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from .protocol import (COLUMNS, DPO_PAIRINGS, ENTRY, METHODS, RECORDS, SMOKE, THINKING_SCALE_RULES, WORKDIR,
-                       Scale, shipped_adapter_fits)
+                       Scale, shipped_adapter_fits, thinks)
 from .runs import run_one
 from .scheduler import run_processes
 from .table import folder_table, load_records, markdown, regenerate
@@ -130,6 +130,14 @@ def main(argv: list[str] | None = None) -> None:
     for name in methods:
         if name not in METHODS:
             parser.error(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    if args.no_thinking_critic or args.answer_only:
+        if args.thinking_scale_rule:
+            parser.error("--thinking-scale-rule sets how the thinking critic scales advantages: it has no critic to "
+                         "set under --no-thinking-critic or --answer-only")
+        for name in environments:
+            if not thinks(COLUMNS[name].rollout):
+                parser.error(f"{name}'s turns answer without thinking already: --no-thinking-critic and --answer-only "
+                             "are ablations of a column that thinks (alfworld, minigrid)")
     if args.dpo_pairs != "best_worst" and methods != ["dpo"]:
         parser.error("--dpo-pairs sets how the dpo row pairs episodes: run it with --method dpo alone")
     runs = [(e, m, s) for e in environments for s in args.seed for m in methods]

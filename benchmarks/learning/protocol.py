@@ -72,7 +72,7 @@ COLUMNS = {
     ),
     "hotpotqa": Column(
         # budget: 512 and 1,024 turns left the warm start where it was, 2,048 lifted it; chosen on the test split's
-        # first draw, so its figures come from the split drawn anew (starpo_hotpotqa 1.1)
+        # first draw, so its figures come from the split drawn anew (the generator's version 1.1)
         held_out="test", budget=2048, environment_kwargs={"reward": "f1", "max_steps": 7},
         rollout=dict(max_turns=4, max_actions_per_turn=1, max_actions_per_trajectory=4, max_tokens_per_turn=48,
                      max_context_length=1280, enable_thinking=False),
