@@ -97,7 +97,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), **provenance(ROOT),
         "machine": machine(), "wall_s": round(time.time() - started),
-        "load": [round(x, 1) for x in os.getloadavg()],
+        "load": [round(x, 1) for x in os.getloadavg()], **peak_memory(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
@@ -129,6 +129,19 @@ def run_directory(workdir: Path, environment: str, method: str, seed: int, key: 
     if marker.is_file() and json.loads(marker.read_text()) == {"setting": key, "thinking_scale_rule": rule}:
         return earlier
     return workdir / "runs" / environment / "-".join([name, key, *([rule] if rule else [])])
+
+
+def peak_memory() -> dict[str, float]:
+    """The run's peak memory in GiB: the process's resident set (``peak_rss_gib``; a warm start built by this process
+    is in it) and, on a GPU, what torch allocated there (``peak_gpu_gib``)."""
+    import resource
+
+    import torch
+
+    peaks = {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}  # KiB on Linux
+    if torch.cuda.is_available():
+        peaks["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    return peaks
 
 
 def machine() -> str:
