@@ -657,6 +657,33 @@ def test_runs_started_side_by_side_build_one_warm_start(learning, monkeypatch, t
     assert log.read_text().split() == ["false", "true"] and not (folder / "checkpoint-8").exists()
 
 
+def test_a_warm_start_built_for_a_column_with_a_shipped_adapter_follows_its_recipe(learning, monkeypatch, tmp_path):
+    import trl_starpo.recipes
+
+    built = []
+
+    def run_sft(environment, argv):
+        built.append(argv)
+        Path(argv[argv.index("--output_dir") + 1]).mkdir(parents=True)
+
+    monkeypatch.setattr(trl_starpo.recipes, "run_sft", run_sft)
+    scale = dataclasses.replace(learning.protocol.SMOKE, bf16=False)
+    shipped = learning.protocol.COLUMNS["alfworld"]
+    answer_only = dataclasses.replace(shipped, warm_start_adapter=None,
+                                      rollout={**shipped.rollout, "enable_thinking": False})
+    cosine = dataclasses.replace(answer_only, sft_schedule=None)
+    learning.training.warm_start("alfworld", answer_only, scale, "m", tmp_path)
+    learning.training.warm_start("alfworld", cosine, scale, "m", tmp_path)
+    schedules = [(argv[argv.index("--lr_scheduler_type") + 1], argv[argv.index("--warmup_steps") + 1]) for argv in built]
+    assert schedules == [("constant_with_warmup", "4"), ("cosine", "0")]  # two builds, each in its own folder
+    assert len({argv[argv.index("--output_dir") + 1] for argv in built}) == 2
+    # the schedule is part of a built warm start's setting, and none of one that starts from the shipped adapter
+    key = learning.protocol.setting_key
+    assert key("alfworld", answer_only, scale, "m") != key("alfworld", cosine, scale, "m")
+    assert key("alfworld", shipped, scale, "m") == key("alfworld", dataclasses.replace(shipped, sft_schedule=None),
+                                                        scale, "m")
+
+
 def test_runs_go_side_by_side_with_their_own_logs(learning, tmp_path, capsys):
     # each run waits for the other to start: run one at a time, both would fail
     child = ("import pathlib, sys, time\n"
@@ -901,6 +928,7 @@ def test_alfworlds_shipped_warm_start_is_the_columns_own(learning):
     assert recipe["environment_kwargs"] == column.environment_kwargs
     for name, value in column.rollout.items():
         assert recipe.get(name, value) == value, name
+    assert {name: recipe[name] for name in column.sft_schedule} == column.sft_schedule  # its own builds follow it
 
 
 def test_an_update_held_up_does_not_make_the_time_split(learning):

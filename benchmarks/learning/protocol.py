@@ -46,6 +46,10 @@ class Column:
     # the column's model, prompt and demonstrations, merged into the model as the warm start; None: a warm start of
     # ``sft_episodes`` x ``sft_epochs`` built here
     warm_start_adapter: str | None = None
+    # the learning-rate schedule of a warm start built here ({"lr_scheduler_type": ..., "warmup_steps": ...}); None:
+    # cosine without warmup. A column with a shipped adapter gives its recipe's, so that a setting which cannot start
+    # from the adapter (answer-only turns, a longer horizon) builds its own warm start the same way
+    sft_schedule: dict | None = None
 
 
 COLUMNS = {
@@ -61,6 +65,7 @@ COLUMNS = {
         # over one built here (5 of those 30 games; one build each)
         eval_temperature=0.0,
         warm_start_adapter="recipes/warm_starts/alfworld",
+        sft_schedule={"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 4},  # alfworld_sft.yaml's
     ),
     "webshop": Column(
         held_out="test", budget=1536,
@@ -157,9 +162,11 @@ def setting_key(environment: str, column: Column, scale: Scale, model: str) -> s
         if scale_fields[name] in defaults:
             del scale_fields[name]  # added later: records made before it keep their key
     column_fields = dataclasses.asdict(column)
-    for name in ("eval_temperature", "warm_start_adapter"):
+    for name in ("eval_temperature", "warm_start_adapter", "sft_schedule"):
         if column_fields[name] is None:
             del column_fields[name]  # added later: records made before it keep their key
+    if column.warm_start_adapter:
+        column_fields.pop("sft_schedule", None)  # nothing is built: how a warm start would be is no part of the setting
     blob = json.dumps([environment, column_fields, scale_fields, model], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 

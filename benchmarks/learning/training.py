@@ -35,6 +35,9 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
     train = tasks_digest([dict(row) for row in load_tasks(environment, split="train")])  # a regenerated split: anew
     what = [environment, model, column.rollout, column.environment_kwargs, column.sft_episodes, column.sft_epochs,
             column.gradient_checkpointing, scale.lora_r, scale.sft_learning_rate, scale.bf16, train]
+    schedule = column.sft_schedule or {"lr_scheduler_type": "cosine", "warmup_steps": 0}
+    if column.sft_schedule:
+        what.append(column.sft_schedule)  # builds before the field keep their key
     key = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:10]
     folder = workdir / "sft" / f"{environment}-{key}"
     done = folder / "warm_start.json"
@@ -55,7 +58,8 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
             # the memory, as recipes/configs/alfworld_sft.yaml
             "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4",
             "--learning_rate", str(scale.sft_learning_rate),
-            "--lr_scheduler_type", "cosine", "--logging_steps", "1", "--save_strategy", "steps",
+            "--lr_scheduler_type", schedule["lr_scheduler_type"], "--warmup_steps", str(schedule["warmup_steps"]),
+            "--logging_steps", "1", "--save_strategy", "steps",
             "--save_steps", str(scale.save_every * 4), "--save_total_limit", "1",
             "--resume_from_checkpoint", str(cut_short).lower(), "--report_to", "none",
             "--gradient_checkpointing", str(column.gradient_checkpointing).lower(), "--eval_episodes", "0",
