@@ -60,7 +60,6 @@ import datetime
 import hashlib
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -71,7 +70,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import scipy.stats
-from provenance import provenance
+from provenance import cpus, provenance
 
 from trl_starpo.statistics import success_interval
 
@@ -740,7 +739,7 @@ def study_meta(args, key: str, origin: dict, started: float) -> dict:
 
     return {
         "date": datetime.date.today().isoformat(), **origin,
-        "platform": f"{os.cpu_count()} CPUs ({platform.machine()})", "torch": torch.__version__,
+        "platform": cpus(), "torch": torch.__version__,
         "transformers": transformers.__version__, "trl": trl.__version__, "jobs": args.jobs, "threads": args.threads,
         "wall_minutes": (time.time() - started) / 60, "load": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
         "seeds": args.seeds, "steps": args.steps, "setting_key": key,

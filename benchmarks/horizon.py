@@ -22,7 +22,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -33,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from provenance import describe, provenance  # noqa: E402
+from provenance import cpus, describe, provenance  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
@@ -166,7 +165,7 @@ def main(argv=None) -> None:
     if args.no_record or args.quick:
         return
     now = datetime.datetime.now(datetime.timezone.utc)
-    record = {"recorded": now.isoformat(timespec="seconds"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    record = {"recorded": now.isoformat(timespec="seconds"), "machine": cpus(),
               "settings": {k: v for k, v in vars(args).items() if k not in ("child", "no_record", "quick")},
               **provenance(), "results": results}
     RUNS.mkdir(exist_ok=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -32,7 +31,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
-from provenance import describe, provenance  # noqa: E402
+from provenance import cpus, describe, provenance  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from trl_starpo import StarPOConfig, StarPOTrainer, load_tasks, resolve_model_path  # noqa: E402
@@ -171,7 +170,7 @@ def table(rows: list[dict]) -> str:
 
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{describe(provenance())}, {os.cpu_count()} CPUs ({platform.machine()}), "
+    return (f"{describe(provenance())}, {cpus()}, "
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, load average {load} at the end.")
 
 

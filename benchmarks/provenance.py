@@ -8,6 +8,8 @@ uncommitted state can be told apart from two that only share a commit.
 from __future__ import annotations
 
 import hashlib
+import os
+import platform
 import subprocess
 from pathlib import Path
 
@@ -42,3 +44,18 @@ def describe(record: dict) -> str:
     if isinstance(dirty, list):
         return f"commit {commit} with {len(dirty)} changed paths (diff {record.get('diff_sha256', '?')[:12]})"
     return f"commit {commit} with local changes"
+
+
+def cpus() -> str:
+    """The machine's CPUs for a record: how many, the architecture and the model (``2 CPUs (x86_64, AMD EPYC)``).
+
+    The model matters as much as the count: the same run takes twice as long on a CPU without AMX's bf16 tiles."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({platform.machine()}, {model})"

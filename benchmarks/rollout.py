@@ -29,7 +29,6 @@ import copy
 import datetime
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -43,7 +42,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from peaks import matmul_peak, memory_bandwidth  # noqa: E402
-from provenance import describe, provenance  # noqa: E402
+from provenance import cpus, describe, provenance  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: E402
 
 from trl_starpo import load_environment, load_tasks, resolve_model_path  # noqa: E402
@@ -257,7 +256,7 @@ def publish(text: str, record: bool) -> None:
 
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{describe(provenance())}, {os.cpu_count()} CPUs ({platform.machine()}), "
+    return (f"{describe(provenance())}, {cpus()}, "
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, load average {load} at the end")
 
 

@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import pickle
-import platform
 import resource
 import subprocess
 import sys
@@ -52,7 +51,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 from peaks import matmul_peak  # noqa: E402
-from provenance import describe, provenance  # noqa: E402
+from provenance import cpus, describe, provenance  # noqa: E402
 
 from trl_starpo.trajectory import MODEL_SEGMENTS  # noqa: E402
 
@@ -357,7 +356,7 @@ HEADER = [
 
 def machine() -> str:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (f"{describe(provenance())}, {os.cpu_count()} CPUs ({platform.machine()}), "
+    return (f"{describe(provenance())}, {cpus()}, "
             f"torch {torch.__version__}, load average {load} at the end")
 
 

@@ -61,3 +61,15 @@ def test_a_dirty_tree_names_every_change_and_hashes_it(provenance, repository):
     assert provenance.describe(first) == (f"commit {first['commit'][:10]} with 1 changed paths "
                                           f"(diff {first['diff_sha256'][:12]})")
     assert provenance.describe({"commit": "abc", "dirty": "M x.py"}) == "commit abc with local changes"
+
+
+def test_a_record_names_the_cpu_model_beside_the_count(provenance, monkeypatch, tmp_path):
+    import os
+
+    # the same run takes twice as long on one CPU model as on another with as many cores
+    assert provenance.cpus().startswith(f"{os.cpu_count()} CPUs (")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu\n")
+    real_path = provenance.Path
+    monkeypatch.setattr(provenance, "Path", lambda p: real_path(cpuinfo) if p == "/proc/cpuinfo" else real_path(p))
+    assert provenance.cpus().endswith(", Example CPU 9000)")

@@ -6,12 +6,11 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import shutil
 import time
 from pathlib import Path
 
-from provenance import provenance  # benchmarks/provenance.py
+from provenance import cpus, provenance  # benchmarks/provenance.py
 
 from .evaluation import held_out, held_out_tasks, load_model, tasks_digest
 from .protocol import (
@@ -148,5 +147,4 @@ def machine() -> str:
     """What a run ran on: the CPUs, and the GPU where there is one."""
     import torch
 
-    cpus = f"{os.cpu_count()} CPUs ({platform.machine()})"
-    return f"{torch.cuda.get_device_name()}, {cpus}" if torch.cuda.is_available() else cpus
+    return f"{torch.cuda.get_device_name()}, {cpus()}" if torch.cuda.is_available() else cpus()
