@@ -19,7 +19,7 @@ import argparse
 import json
 from pathlib import Path
 
-from provenance import provenance
+from provenance import cpus, provenance
 
 RECORDS = Path(__file__).parent / "alfworld_runs" / "warm-start"
 
@@ -58,7 +58,7 @@ def record(args) -> Path:
                        "temperature": args.temperature},
         "outcomes": outcomes(args.episodes),
         "note": args.note,
-        **provenance(),
+        **provenance(), "machine": cpus(),
     }
     RECORDS.mkdir(parents=True, exist_ok=True)
     path = RECORDS / f"{args.name}.json"

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provenance import provenance
+from provenance import cpus, provenance
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"example-{example.name}-") as scratch:
             record = run_example(example, Path(scratch))
         record.update(provenance(), date=datetime.datetime.now().isoformat(timespec="seconds"),
-                      other_load=args.other_load, cpus=os.cpu_count(),
+                      other_load=args.other_load, cpus=os.cpu_count(), machine=cpus(),
                       omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
         (RUNS / f"{example.name}.json").write_text(json.dumps(record, indent=1) + "\n")
         verdict = "ok" if record["exit_status"] == 0 and record["updates_that_moved"] else "FAILED"

@@ -49,7 +49,7 @@ def describe(record: dict) -> str:
 def cpus() -> str:
     """The machine's CPUs for a record: how many, the architecture and the model (``2 CPUs (x86_64, AMD EPYC)``).
 
-    The model matters as much as the count: the same run takes twice as long on a CPU without AMX's bf16 tiles."""
+    The model matters as much as the count: without AMX's bf16 tiles a forward pass takes about twice as long."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -807,9 +807,9 @@ def test_the_thinking_ablations_are_settings_of_their_own(learning, monkeypatch,
     assert protocol.applied_rule("starpo-s", column, no_critic) is None
     assert protocol.applied_rule("starpo-s", answer_only, scale) is None
     assert protocol.applied_rule("starpo-s", column, protocol.Scale()) == "multiplicative"
-    learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--seed", "0", "1", "--no-thinking-critic",
-                       "--answer-only", *records])
-    assert all("--no-thinking-critic" in c and "--answer-only" in c for c in commands[-1].values())
+    for flag in ("--no-thinking-critic", "--answer-only"):
+        learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--seed", "0", "1", flag, *records])
+        assert all(flag in command for command in commands[-1].values())  # children get it too
     for flag in ("--no-thinking-critic", "--answer-only"):
         with pytest.raises(SystemExit):  # never into the main table's records
             learning.cli.main(["--env", "alfworld", "--method", "starpo-s", flag])
@@ -818,6 +818,9 @@ def test_the_thinking_ablations_are_settings_of_their_own(learning, monkeypatch,
         with pytest.raises(SystemExit):  # no critic to set a rule for
             learning.cli.main(["--env", "alfworld", "--method", "starpo-s", flag, "--thinking-scale-rule", "relative",
                                *records])
+    with pytest.raises(SystemExit):  # answer-only turns have no thinking to score: one ablation at a time
+        learning.cli.main(["--env", "alfworld", "--method", "starpo-s", "--no-thinking-critic", "--answer-only",
+                           *records])
     configured = starpo_config_of(learning, monkeypatch, "starpo-s", "alfworld", column, no_critic, 0, tmp_path,
                                   tmp_path / "run")
     assert configured["preset"] == "starpo-s" and configured["thinking_critic"] is False

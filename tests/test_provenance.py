@@ -66,7 +66,7 @@ def test_a_dirty_tree_names_every_change_and_hashes_it(provenance, repository):
 def test_a_record_names_the_cpu_model_beside_the_count(provenance, monkeypatch, tmp_path):
     import os
 
-    # the same run takes twice as long on one CPU model as on another with as many cores
+    # a forward pass takes about twice as long on one CPU model as on another with as many cores
     assert provenance.cpus().startswith(f"{os.cpu_count()} CPUs (")
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu\n")

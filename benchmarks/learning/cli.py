@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
                      "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
     if args.table:
-        # another folder's records (an earlier sitting's) are printed with their curves, not written into results.md
+        # another folder's records are printed with their curves, not written into results.md
         print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))
         return
     environments = list(COLUMNS) if args.env == ["all"] else args.env
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         if name not in METHODS:
             parser.error(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
     if args.no_thinking_critic or args.answer_only:
+        if args.no_thinking_critic and args.answer_only:
+            parser.error("--answer-only has no thinking for a critic to score: give one of the two ablations")
         if args.thinking_scale_rule:
             parser.error("--thinking-scale-rule sets how the thinking critic scales advantages: it has no critic to "
                          "set under --no-thinking-critic or --answer-only")

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -137,7 +138,8 @@ def peak_memory() -> dict[str, float]:
 
     import torch
 
-    peaks = {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}  # KiB on Linux
+    unit = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is in bytes on macOS, KiB on Linux
+    peaks = {"peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit / 2**30, 2)}
     if torch.cuda.is_available():
         peaks["peak_gpu_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     return peaks
