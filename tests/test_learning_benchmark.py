@@ -639,7 +639,8 @@ def test_runs_started_side_by_side_build_one_warm_start(learning, monkeypatch, t
         time.sleep(1.0)
 
     monkeypatch.setattr(trl_starpo.recipes, "run_sft", run_sft)
-    column, scale = learning.protocol.COLUMNS["hotpotqa"], dataclasses.replace(learning.protocol.SMOKE, bf16=False)
+    column = dataclasses.replace(learning.protocol.COLUMNS["hotpotqa"], warm_start_adapter=None)  # built here
+    scale = dataclasses.replace(learning.protocol.SMOKE, bf16=False)
     runs = [multiprocessing.get_context("fork").Process(
         target=learning.training.warm_start, args=("hotpotqa", column, scale, "m", tmp_path)) for _ in range(2)]
     for run in runs:
