@@ -917,22 +917,31 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
     assert [column.warm_start_adapter for column in chosen] == ["recipes/x"] * len(kept) + [None] * len(own)
 
 
-def test_alfworlds_shipped_warm_start_is_the_columns_own(learning):
+@pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
+def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, environment):
+    # recipes/configs/<env>_sft.yaml rebuilds the shipped adapter, and is what the benchmark builds where it cannot
+    # start from it: the same demonstrations, rollout, LoRA and optimization
     import yaml
 
     from trl_starpo.models import DEFAULT_MODEL
 
-    column = learning.protocol.COLUMNS["alfworld"]
+    column, scale = learning.protocol.COLUMNS[environment], learning.protocol.Scale()
     adapter = ROOT / column.warm_start_adapter
-    assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == DEFAULT_MODEL
-    assert (adapter / "adapter_model.safetensors").is_file()
-    recipe = yaml.safe_load((ROOT / "recipes" / "configs" / "alfworld_sft.yaml").read_text())
+    shipped = json.loads((adapter / "adapter_config.json").read_text())
+    assert shipped["base_model_name_or_path"] == DEFAULT_MODEL and shipped["r"] == scale.lora_r
+    assert (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
+    recipe = yaml.safe_load((ROOT / "recipes" / "configs" / f"{environment}_sft.yaml").read_text())
     assert recipe["model_name_or_path"] == DEFAULT_MODEL
     assert (recipe["expert_episodes"], recipe["num_train_epochs"]) == (column.sft_episodes, column.sft_epochs)
     assert recipe["environment_kwargs"] == column.environment_kwargs
     for name, value in column.rollout.items():
         assert recipe.get(name, value) == value, name
-    assert {name: recipe[name] for name in column.sft_schedule} == column.sft_schedule  # its own builds follow it
+    assert (recipe["lora_r"], recipe["lora_alpha"], sorted(recipe["lora_target_modules"])) == (
+        scale.lora_r, 2 * scale.lora_r, sorted(learning.protocol.LORA_TARGETS))
+    assert (recipe["learning_rate"], recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"]) == (
+        scale.sft_learning_rate, 1, 4)
+    schedule = column.sft_schedule or {"lr_scheduler_type": "cosine", "warmup_steps": 0}  # the build's default
+    assert {name: recipe.get(name, 0) for name in schedule} == schedule
 
 
 def test_an_update_held_up_does_not_make_the_time_split(learning):
