@@ -12,7 +12,8 @@ a flag or a YAML key.
 import sys
 from pathlib import Path
 
-# Python puts this script's folder first on the import path, where hotpotqa.py would shadow the package of that name.
+# Python puts this script's folder first on the import path, where alfworld.py and minigrid.py would shadow the
+# packages of those names.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from trl_starpo.recipes import run_sft  # noqa: E402

@@ -918,30 +918,44 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
 
 
 @pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
-def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, environment):
+def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, monkeypatch, tmp_path, environment):
     # recipes/configs/<env>_sft.yaml rebuilds the shipped adapter, and is what the benchmark builds where it cannot
-    # start from it: the same demonstrations, rollout, LoRA and optimization
-    import yaml
+    # start from it: both parse to the same configs, but for where they write and log and how they spend memory
+    import trl_starpo.recipes
+    from trl import ModelConfig, TrlParser
 
     from trl_starpo.models import DEFAULT_MODEL
+    from trl_starpo.recipes import EvaluationArguments
+    from trl_starpo.sft import ExpertSFTConfig
 
-    column, scale = learning.protocol.COLUMNS[environment], learning.protocol.Scale()
+    column, scale = learning.protocol.COLUMNS[environment], dataclasses.replace(learning.protocol.Scale(), bf16=True)
     adapter = ROOT / column.warm_start_adapter
     shipped = json.loads((adapter / "adapter_config.json").read_text())
-    assert shipped["base_model_name_or_path"] == DEFAULT_MODEL and shipped["r"] == scale.lora_r
+    assert shipped["base_model_name_or_path"] == DEFAULT_MODEL
+    assert (shipped["r"], shipped["lora_alpha"]) == (scale.lora_r, 2 * scale.lora_r)
+    assert sorted(shipped["target_modules"]) == sorted(learning.protocol.LORA_TARGETS)
     assert (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
-    recipe = yaml.safe_load((ROOT / "recipes" / "configs" / f"{environment}_sft.yaml").read_text())
-    assert recipe["model_name_or_path"] == DEFAULT_MODEL
-    assert (recipe["expert_episodes"], recipe["num_train_epochs"]) == (column.sft_episodes, column.sft_epochs)
-    assert recipe["environment_kwargs"] == column.environment_kwargs
-    for name, value in column.rollout.items():
-        assert recipe.get(name, value) == value, name
-    assert (recipe["lora_r"], recipe["lora_alpha"], sorted(recipe["lora_target_modules"])) == (
-        scale.lora_r, 2 * scale.lora_r, sorted(learning.protocol.LORA_TARGETS))
-    assert (recipe["learning_rate"], recipe["per_device_train_batch_size"], recipe["gradient_accumulation_steps"]) == (
-        scale.sft_learning_rate, 1, 4)
-    schedule = column.sft_schedule or {"lr_scheduler_type": "cosine", "warmup_steps": 0}  # the build's default
-    assert {name: recipe.get(name, 0) for name in schedule} == schedule
+
+    built = []
+
+    def run_sft(name, argv):
+        built.append(argv)
+        Path(argv[argv.index("--output_dir") + 1]).mkdir(parents=True)
+
+    monkeypatch.setattr(trl_starpo.recipes, "run_sft", run_sft)
+    learning.training.warm_start(environment, dataclasses.replace(column, warm_start_adapter=None), scale,
+                                 DEFAULT_MODEL, tmp_path)
+    recipe = ["--config", str(ROOT / "recipes" / "configs" / f"{environment}_sft.yaml")]
+    where = {"output_dir", "logging_dir", "logging_steps", "save_strategy", "save_steps", "save_total_limit",
+             "resume_from_checkpoint", "report_to",
+             "gradient_checkpointing", "activation_checkpointing"}  # recomputes the same activations: memory only
+    parsed = []
+    for argv in (built[0], recipe):
+        _, sft, model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(args=argv)
+        fields = {**dataclasses.asdict(model), **{name: value for name, value in dataclasses.asdict(sft).items()
+                                                 if name not in where}}
+        parsed.append({**fields, "lora_target_modules": sorted(fields["lora_target_modules"])})
+    assert parsed[0] == parsed[1]
 
 
 def test_an_update_held_up_does_not_make_the_time_split(learning):
