@@ -16,10 +16,10 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
     (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged; or, where a column names
     one (``Column.warm_start_adapter``: ALFWorld's, the start of ``make train``, and HotPotQA's), the adapter the
-    environment's SFT recipe built and the project ships, merged, so that every seed starts from the same weights. The ALFWorld and MiniGrid
-    experts explain their actions (``expert_thinking``), so those turns are ``<think>…</think><answer>…</answer>``;
-    the WebShop and HotPotQA experts do not, so those columns answer directly (``enable_thinking`` off, and with it
-    StarPO-S's thinking critic).
+    environment's SFT recipe built and the project ships, merged, so that every seed starts from the same weights.
+    The ALFWorld and MiniGrid experts explain their actions (``expert_thinking``), so those turns are
+    ``<think>…</think><answer>…</answer>``; the WebShop and HotPotQA experts do not, so those columns answer directly
+    (``enable_thinking`` off, and with it StarPO-S's thinking critic).
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
     rate (``--learning-rate``; 3e-4 unless a sitting says otherwise), batch (``tasks_per_update`` tasks x

@@ -47,8 +47,9 @@ class Column:
     # ``sft_episodes`` x ``sft_epochs`` built here
     warm_start_adapter: str | None = None
     # the learning-rate schedule of a warm start built here ({"lr_scheduler_type": ..., "warmup_steps": ...}); None:
-    # cosine without warmup. A column with a shipped adapter gives its recipe's (None where that is cosine), so that a setting which cannot start
-    # from the adapter (answer-only turns, a longer horizon) builds its own warm start the same way
+    # cosine without warmup. A column with a shipped adapter gives its recipe's (None where that is cosine), so that a
+    # setting which cannot start from the adapter (answer-only turns, a longer horizon) builds its own warm start the
+    # same way
     sft_schedule: dict | None = None
 
 
