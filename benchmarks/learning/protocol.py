@@ -85,7 +85,7 @@ COLUMNS = {
         # 64 expert episodes x 2 epochs left the warm start at chance (13/192, the records in archive/hotpotqa-sft64)
         sft_episodes=256, sft_epochs=1,
         # the warm start built here (256 x 1, cosine), shipped so that every seed starts from the same weights on any
-        # machine (a rebuild on another CPU is not bit-identical)
+        # machine (a rebuild on another CPU need not be bit-identical)
         warm_start_adapter="recipes/warm_starts/hotpotqa",
     ),
     "minigrid": Column(
