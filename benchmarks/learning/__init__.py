@@ -22,9 +22,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     (``enable_thinking`` off, and with it StarPO-S's thinking critic).
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
-    rate (``--learning-rate``; 3e-4 unless a sitting says otherwise), batch (``tasks_per_update`` tasks x
+    rate (``--learning-rate``; 3e-4 unless the flag says otherwise), batch (``tasks_per_update`` tasks x
     ``num_generations`` episodes per update) and rollout settings; the preset sets the rest. Each rollout batch
-    serves ``num_iterations`` optimizer steps (``--num-iterations``; 1, on-policy, unless a sitting says otherwise).
+    serves ``num_iterations`` optimizer steps (``--num-iterations``; 1, on-policy, unless the flag says otherwise).
     A run stops at the first update that reaches the budget, after all of that batch's optimizer steps.
     Learning-rate schedules are constant after the preset's warmup, a warmup fraction being of the fewest updates the
     budget allows (all episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x
