@@ -970,3 +970,40 @@ def test_the_committed_results_page_is_what_its_records_make(learning):
     # docs/results.md's generated section is regenerated from the records alone (python benchmarks/learning.py --table)
     block = learning.table.markdown(learning.table.load_records())
     assert block in (ROOT / "docs" / "results.md").read_text()
+
+
+def test_compare_pairs_one_method_across_records_folders_by_task(learning, tmp_path, capsys):
+    def write(folder, seed, solved, digest="d1", method="starpo-s", tasks=20):
+        outcomes = {f"t{i}": int(i in solved) for i in range(tasks)}
+        held_out = {"successes": len(solved), "episodes": tasks, "outcomes": outcomes,
+                    **({"tasks_sha256": digest} if digest else {})}
+        path = tmp_path / folder / "minigrid" / f"{method}-seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"method": method, "environment": "minigrid", "seed": seed, "setting": "s",
+                                    "curve": [], "scale": {}, "column": {"rollout": {}}, "turns": 0, "updates": 0,
+                                    "commit": "c", "held_out": held_out}))
+
+    for seed in (0, 1):
+        write("main", seed, set(range(10)))  # tasks 0-9 every seed
+        write("main", seed, set(range(20)), method="sft")  # another method: left out
+        write("ablation", seed, set(range(4, 18)))  # 4-17: 8 tasks gained, 4 lost
+        write("unnamed", seed, set(range(20)), digest=None)
+        write("other-split", seed, set(range(20)), digest="d2")
+    write("ablation", 2, set(range(20)))  # a seed the reference lacks: in its rate, not in the pairing
+    folders = [tmp_path / name for name in ("main", "ablation", "unnamed", "other-split", "empty")]
+    learning.cli.main(["--compare", *map(str, folders), "--env", "minigrid", "--method", "starpo-s"])
+    rows = {line.split(" | ")[0].strip("| `").rsplit("/", 1)[-1]: line.split(" | ")[1:]
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| `")}
+    # half of 20 tasks, each solved by every seed or by none: a bootstrap over tasks gives Binomial(20, 0.5)'s
+    # 2.5% and 97.5% quantiles, 6 and 14 tasks
+    assert rows["main"][:2] == ["20/40 = 50% [30-70]", "0, 1"]
+    ablation = rows["ablation"]
+    assert ablation[0].startswith("48/60 = 80% [") and ablation[1] == "0, 1, 2"
+    # seeds 0 and 1: 28/40 against 20/40 on the same tasks, +20 points; 8 tasks up and 4 down, p = 0.39
+    assert ablation[2].startswith("+20 points (95% interval of the difference [") and "seeds 0, 1)" in ablation[2]
+    assert ablation[3:5] == ["8 / 4", "0.39 |"]
+    assert rows["unnamed"][2] == rows["other-split"][2] == "not paired: other or unnamed held-out tasks"
+    assert rows["empty"][0] == "—"
+
+    with pytest.raises(SystemExit):
+        learning.cli.main(["--compare", str(folders[0]), "--env", "minigrid", "--method", "sft", "starpo-s"])

@@ -67,6 +67,8 @@ Usage
     python benchmarks/learning.py --env webshop --method sft starpo-s --seed 0 1 2 --jobs 6   # side by side (a GPU)
     python benchmarks/learning.py --table                                      # the table, from the records
     python benchmarks/learning.py --table --records benchmarks/learning_runs/ablations/archive   # an ablation's table
+    python benchmarks/learning.py --compare benchmarks/learning_runs \
+        benchmarks/learning_runs/ablations/thinking-no-critic --env minigrid --method starpo-s   # folders, by task
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
 
     On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads

@@ -12,7 +12,7 @@ from .protocol import (COLUMNS, DPO_PAIRINGS, ENTRY, METHODS, RECORDS, SMOKE, TH
                        Scale, shipped_adapter_fits, thinks)
 from .runs import run_one
 from .scheduler import run_processes
-from .table import folder_table, load_records, markdown, regenerate
+from .table import comparison, folder_table, load_records, markdown, regenerate
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", action="store_true",
                         help="Only regenerate docs/results.md from the records (with --records: print their table and "
                              "write their curves into that folder).")
+    parser.add_argument("--compare", nargs="+", type=Path, metavar="RECORDS",
+                        help="Only compare one --method on one --env across records folders (an ablation's against "
+                             "the main table's, e.g. benchmarks/learning_runs benchmarks/learning_runs/ablations/"
+                             "thinking-no-critic): each against the first, paired by task.")
     parser.add_argument("--smoke", action="store_true",
                         help="Tiny budgets (8 turns, 2 episodes an update, 2 held-out episodes), records under "
                              "<workdir>/smoke: the pipeline end to end, not a result.")
@@ -113,6 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
         parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
                      "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
+    if args.compare:
+        if len(args.env) != 1 or len(args.method) != 1 or "all" in args.env + args.method:
+            parser.error("--compare compares one method on one column: give one --env and one --method")
+        print(comparison(args.compare, args.env[0], args.method[0]))
+        return
     if args.table:
         # another folder's records are printed with their curves, not written into results.md
         print(regenerate(records) if records.resolve() == RECORDS else folder_table(records))

@@ -171,6 +171,39 @@ def lift_lines(records: list[dict], environments: list[str]) -> list[str]:
     return lines
 
 
+def comparison(folders: list[Path], environment: str, method: str) -> str:
+    """``method``'s runs on ``environment`` in each records folder (an ablation's, a setting's) against the first
+    folder's, paired by task over the seeds both ran (``statistics.lift`` and ``statistics.paired``)."""
+    names = [display_path(folder) for folder in folders]
+    records = [{**record, "method": name} for folder, name in zip(folders, names) for record in load_records(folder)
+               if record["environment"] == environment and record["method"] == method]
+    table = cells(records)
+    lines = [f"`{method}` on {environment}, each folder against `{names[0]}`:", "",
+             "| records | held-out success | seeds | difference, paired by task | tasks up / down | sign test p |",
+             "|---|---:|---|---|---:|---:|"]
+    for name in names:
+        cell = table.get((name, environment))
+        if cell is None:
+            lines.append(f"| `{name}` | — | — | | | |")
+            continue
+        rate = (f"{round(cell['success'] * cell['episodes'])}/{cell['episodes']} = {percent(cell['success'])}% "
+                f"[{percent(cell['low'])}-{percent(cell['high'])}]{'*' if cell['unit'] == 'episode' else ''}")
+        digests = {r["held_out"].get("tasks_sha256") for r in records if r["method"] in (name, names[0])}
+        if name != names[0] and (None in digests or len(digests) > 1):  # another split, or one records did not name
+            lines.append(f"| `{name}` | {rate} | {', '.join(map(str, cell['seeds']))} | not paired: other or unnamed "
+                         "held-out tasks | | |")
+            continue
+        gain = lift(records, name, names[0], environment) if name != names[0] else None
+        test = paired(records, name, names[0], environment) if name != names[0] else None
+        difference = "" if gain is None else f"{signed(gain['difference'])} points ({interval_note(gain)}" + (
+            f"; seed{'s' if len(gain['seeds']) > 1 else ''} {', '.join(map(str, gain['seeds']))})")
+        counts = "" if test is None else f"{test['tasks_gained']} / {test['tasks_lost']}"
+        p_value = "" if test is None else f"{test['p']:.2g}"
+        lines.append(f"| `{name}` | {rate} | {', '.join(map(str, cell['seeds']))} | {difference} | {counts} | "
+                     f"{p_value} |")
+    return "\n".join(lines)
+
+
 def interval_note(gain: dict) -> str:
     """How a difference's evidence reads: its task-level interval, or whether the episode intervals overlap."""
     if gain["unit"] == "task":
