@@ -85,9 +85,10 @@ def table(environment: str) -> str:
     for run in record["runs"]:
         for row in run["rows"]:
             interval = f"[{row['success_low']:.3f}, {row['success_high']:.3f}]"
+            validity = row["action_validity"] if row["actions"] else None
             lines.append(
                 f"| {names[row['policy']]} | `{row['split']}` | {row['episodes']} | {row['success']:.3f} | "
-                f"{interval} | {row['return']:.3f} | {row['turns']:.2f} | {_figure(row['action_validity'])} | "
+                f"{interval} | {row['return']:.3f} | {row['turns']:.2f} | {_figure(validity)} | "
                 f"{row['format_error_rate']:.3f} |"
             )
     lines += ["", f"Measured on {record['date']} with:", "", "```bash"]
@@ -97,7 +98,8 @@ def table(environment: str) -> str:
 
 
 def _figure(value: float | None) -> str:
-    """Three decimals, or "-" for a figure the episodes did not define (valid actions where no action was sent)."""
+    """Three decimals, or "-" for a figure the episodes did not define (valid actions where no action was sent; records
+    made before evaluations left such episodes out show 1.0 there)."""
     return "-" if value is None or value != value else f"{value:.3f}"
 
 

@@ -64,9 +64,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="Torch threads (default: torch's, all cores); 1 on a machine shared with other jobs.")
     parser.add_argument("--jobs", type=int, default=1,
                         help="Runs side by side, each its own process (default 1): on a GPU, several runs share it "
-                             "well (five WebShop runs side by side took 11 minutes on one H200); each run's output "
-                             "then goes to <workdir>/logs (<workdir>/smoke/logs with --smoke), and each gets its share "
-                             "of the cores unless --threads says.")
+                             "well (five WebShop runs, started as separate commands, took 11 minutes side by side on "
+                             "one H200); each run's output then goes to <workdir>/logs (<workdir>/smoke/logs with "
+                             "--smoke), and each gets its share of the cores unless --threads says.")
     parser.add_argument("--held-out-split",
                         help="Evaluate on this split instead of the column's held-out one: `validation` (ALFWorld: "
                              "`valid_seen`) for exploring budgets, warm starts and learning rates, keeping the test "
