@@ -73,6 +73,11 @@ def measure(environment: str) -> Path:
     return path
 
 
+VALIDITY_LEAVES_OUT_SILENT_EPISODES = "2026-12-05"
+"""Evaluations since this date leave episodes that sent no action out of valid actions; earlier ones counted them as
+all valid, which overstates the untrained model's figure."""
+
+
 def table(environment: str) -> str:
     """The Markdown baseline table of one environment's record, followed by the commands that measured it."""
     record = json.loads((RECORDS / f"{environment}.json").read_text(encoding="utf-8"))
@@ -85,12 +90,16 @@ def table(environment: str) -> str:
     for run in record["runs"]:
         for row in run["rows"]:
             interval = f"[{row['success_low']:.3f}, {row['success_high']:.3f}]"
-            validity = row["action_validity"] if row["actions"] else None
+            overstated = row["policy"] == "model" and record["date"] < VALIDITY_LEAVES_OUT_SILENT_EPISODES
+            validity = None if overstated or not row["actions"] else row["action_validity"]
             lines.append(
                 f"| {names[row['policy']]} | `{row['split']}` | {row['episodes']} | {row['success']:.3f} | "
                 f"{interval} | {row['return']:.3f} | {row['turns']:.2f} | {_figure(validity)} | "
                 f"{row['format_error_rate']:.3f} |"
             )
+    if record["date"] < VALIDITY_LEAVES_OUT_SILENT_EPISODES:
+        lines += ["", "Valid actions are not given for the model here: this record counted an episode that sent no "
+                  "command as all valid."]
     lines += ["", f"Measured on {record['date']} with:", "", "```bash"]
     lines += [run["command"] for run in record["runs"]]
     lines += ["```"]
@@ -98,8 +107,7 @@ def table(environment: str) -> str:
 
 
 def _figure(value: float | None) -> str:
-    """Three decimals, or "-" for a figure the episodes did not define (valid actions where no action was sent; records
-    made before evaluations left such episodes out show 1.0 there)."""
+    """Three decimals, or "-" for a figure the episodes did not define or the record overstates."""
     return "-" if value is None or value != value else f"{value:.3f}"
 
 

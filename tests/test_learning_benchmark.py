@@ -990,7 +990,9 @@ def test_compare_pairs_one_method_across_records_folders_by_task(learning, tmp_p
         write("unnamed", seed, set(range(20)), digest=None)
         write("other-split", seed, set(range(20)), digest="d2")
     write("ablation", 2, set(range(20)))  # a seed the reference lacks: in its rate, not in the pairing
-    folders = [tmp_path / name for name in ("main", "ablation", "unnamed", "other-split", "empty")]
+    write("other-seeds", 3, set(range(20)))
+    (tmp_path / "empty").mkdir()
+    folders = [tmp_path / name for name in ("main", "ablation", "unnamed", "other-split", "other-seeds", "empty")]
     learning.cli.main(["--compare", *map(str, folders), "--env", "minigrid", "--method", "starpo-s"])
     rows = {line.split(" | ")[0].strip("| `").rsplit("/", 1)[-1]: line.split(" | ")[1:]
             for line in capsys.readouterr().out.splitlines() if line.startswith("| `")}
@@ -1003,7 +1005,10 @@ def test_compare_pairs_one_method_across_records_folders_by_task(learning, tmp_p
     assert ablation[2].startswith("+20 points (95% interval of the difference [") and "seeds 0, 1)" in ablation[2]
     assert ablation[3:5] == ["8 / 4", "0.39 |"]
     assert rows["unnamed"][2] == rows["other-split"][2] == "not paired: other or unnamed held-out tasks"
+    assert rows["other-seeds"][2] == "no seed in common"
     assert rows["empty"][0] == "—"
 
-    with pytest.raises(SystemExit):
-        learning.cli.main(["--compare", str(folders[0]), "--env", "minigrid", "--method", "sft", "starpo-s"])
+    for wrong in (["--method", "sft", "starpo-s"], ["--method", "starpo_s"], ["--method", "sft", "--compare",
+                                                                               str(tmp_path / "missing")]):
+        with pytest.raises(SystemExit):
+            learning.cli.main(["--compare", str(folders[0]), "--env", "minigrid", *wrong])

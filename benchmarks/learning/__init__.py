@@ -1,8 +1,8 @@
-"""Success Rate Comparison at CPU scale: does RL lift an SFT-warm-started agent on held-out tasks?
+r"""Success Rate Comparison at CPU scale: does RL lift an SFT-warm-started agent on held-out tasks?
 
 The specification's table (`shared/reference/starpo-spec.txt`, "Success Rate Comparison") compares PPO, DPO, StarPO and
 StarPO-S on ALFWorld, WebShop, HotPotQA and MiniGrid. This script makes that comparison with the embedded
-SmolLM2-135M-Instruct on a CPU (or a GPU where one is lent; each record names its machine), each (method,
+SmolLM2-135M-Instruct on a CPU (or a GPU where there is one; each record names its machine), each (method,
 environment, seed) run its own resumable process (several side by side with ``--jobs``), and regenerates the table of
 docs/results.md from the run records it commits.
 
@@ -68,7 +68,7 @@ Usage
     python benchmarks/learning.py --table                                      # the table, from the records
     python benchmarks/learning.py --table --records benchmarks/learning_runs/ablations/archive   # an ablation's table
     python benchmarks/learning.py --compare benchmarks/learning_runs \
-        benchmarks/learning_runs/ablations/thinking-no-critic --env minigrid --method starpo-s   # folders, by task
+        benchmarks/learning_runs/ablations/alfworld-benchmark-warm-start --env alfworld --method sft   # by task
     python benchmarks/learning.py --smoke                                      # every row end to end, tiny budgets
 
     On a machine shared with other jobs, pass ``--threads 1`` (or set OMP_NUM_THREADS=1): oversubscribed torch threads

@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.compare:
         if len(args.env) != 1 or len(args.method) != 1 or "all" in args.env + args.method:
             parser.error("--compare compares one method on one column: give one --env and one --method")
+        if args.env[0] not in COLUMNS or args.method[0] not in METHODS:
+            parser.error(f"--compare needs a column of {', '.join(COLUMNS)} and a method of {', '.join(METHODS)}")
+        missing = [str(folder) for folder in args.compare if not folder.is_dir()]
+        if missing:
+            parser.error(f"no records folder {', '.join(missing)}")
         print(comparison(args.compare, args.env[0], args.method[0]))
         return
     if args.table:

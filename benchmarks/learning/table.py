@@ -24,7 +24,7 @@ def percent(x: float) -> str:
 def markdown(records: list[dict], folder: Path | None = None) -> str:
     """The generated part of docs/results.md: the table, the lift over SFT, per-run details and the curves.
 
-    ``folder`` names another records folder than the main table's (an earlier sitting's, another budget's): the
+    ``folder`` names another records folder than the main table's (an ablation's, another budget's): the
     command shown and the curves' links are then that folder's.
     """
     table = cells(records)
@@ -175,7 +175,10 @@ def comparison(folders: list[Path], environment: str, method: str) -> str:
     """``method``'s runs on ``environment`` in each records folder (an ablation's, a setting's) against the first
     folder's, paired by task over the seeds both ran (``statistics.lift`` and ``statistics.paired``)."""
     names = [display_path(folder) for folder in folders]
-    records = [{**record, "method": name} for folder, name in zip(folders, names) for record in load_records(folder)
+    # each folder's runs become a row of their own; the precision is kept, since records that predate naming it
+    # are read by their method
+    records = [{**record, "method": name, "held_out": {**record["held_out"], "precision": eval_precision(record)}}
+               for folder, name in zip(folders, names) for record in load_records(folder)
                if record["environment"] == environment and record["method"] == method]
     table = cells(records)
     lines = [f"`{method}` on {environment}, each folder against `{names[0]}`:", "",
@@ -195,6 +198,9 @@ def comparison(folders: list[Path], environment: str, method: str) -> str:
             continue
         gain = lift(records, name, names[0], environment) if name != names[0] else None
         test = paired(records, name, names[0], environment) if name != names[0] else None
+        if name != names[0] and gain is None:
+            lines.append(f"| `{name}` | {rate} | {', '.join(map(str, cell['seeds']))} | no seed in common | | |")
+            continue
         difference = "" if gain is None else f"{signed(gain['difference'])} points ({interval_note(gain)}" + (
             f"; seed{'s' if len(gain['seeds']) > 1 else ''} {', '.join(map(str, gain['seeds']))})")
         counts = "" if test is None else f"{test['tasks_gained']} / {test['tasks_lost']}"
