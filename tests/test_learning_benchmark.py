@@ -365,7 +365,8 @@ def test_each_setting_keeps_its_own_run_folder(learning, tmp_path):
     assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, "abc", None) == runs / "gigpo-seed0-abc"
 
 
-def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tmp_path):
+def scales_run(learning, monkeypatch) -> list:
+    """The scales the command line starts runs with, in order (no run is made)."""
     chosen = []
 
     def record_scale(method, environment, seed, *, scale, **_):
@@ -373,6 +374,11 @@ def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tm
         return dict(updates=0, turns=0, held_out=dict(successes=0, episodes=0))
 
     monkeypatch.setattr(learning.cli, "run_one", record_scale)
+    return chosen
+
+
+def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tmp_path):
+    chosen = scales_run(learning, monkeypatch)
     learning.cli.main(["--env", "minigrid", "--method", "starpo-s", "--learning-rate", "1e-3", "--records",
                        str(tmp_path)])
     (scale,) = chosen
@@ -381,6 +387,35 @@ def test_the_learning_rate_chosen_is_the_rl_runs_alone(learning, monkeypatch, tm
                                                                    learning.protocol.Scale.dpo_learning_rate)
     with pytest.raises(SystemExit):
         learning.cli.main(["--method", "starpo-s", "--learning-rate", "0", "--records", str(tmp_path)])
+
+
+def test_the_group_size_is_its_own_setting(learning, monkeypatch, tmp_path):
+    chosen = scales_run(learning, monkeypatch)
+    base = ["--env", "alfworld", "--method", "starpo-s", "--records", str(tmp_path)]
+    learning.cli.main([*base, "--num-generations", "8", "--tasks-per-update", "1"])
+    learning.cli.main(base)
+    learning.cli.main([*base, "--smoke"])
+    eight, default, smoke = chosen
+    assert (eight.num_generations, eight.tasks_per_update, eight.episodes_per_update) == (8, 1, 8)
+    assert (default.num_generations, default.tasks_per_update) == (4, 2)
+    assert (smoke.num_generations, smoke.tasks_per_update) == (2, 1)  # the smoke scale's own, not the protocol's
+    column, model = learning.protocol.COLUMNS["alfworld"], "m"
+    assert learning.protocol.setting_key("alfworld", column, eight, model) != learning.protocol.setting_key(
+        "alfworld", column, default, model)
+
+    main_records = ["--records", str(learning.protocol.RECORDS)]
+    for wrong in (["--num-generations", "1"], ["--tasks-per-update", "0"], ["--num-generations", "3",
+                  "--tasks-per-update", "1"], ["--num-generations", "8", *main_records]):
+        with pytest.raises(SystemExit):
+            learning.cli.main([*base, *wrong])
+    assert len(chosen) == 3
+
+    commands = []
+    monkeypatch.setattr(learning.cli, "run_processes", lambda c, jobs, logs: commands.append(c) or [])
+    learning.cli.main([*base, "--num-generations", "8", "--tasks-per-update", "1", "--seed", "0", "1"])
+    for command in commands[0].values():  # the runs side by side get the sizes too
+        assert command[command.index("--num-generations"):][:4] == ["--num-generations", "8", "--tasks-per-update",
+                                                                    "1"]
 
 
 def test_a_smaller_warm_start_is_its_own_setting(learning, monkeypatch, tmp_path):

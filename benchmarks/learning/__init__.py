@@ -23,8 +23,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Training: every RL method gets the same budget of environment turns (``COLUMNS[...].budget``; one turn is one
     model response and the environment's reply) on the training split, LoRA on the warm start, the same learning
     rate (``--learning-rate``; 3e-4 unless the flag says otherwise), batch (``tasks_per_update`` tasks x
-    ``num_generations`` episodes per update) and rollout settings; the preset sets the rest. Each rollout batch
-    serves ``num_iterations`` optimizer steps (``--num-iterations``; 1, on-policy, unless the flag says otherwise).
+    ``num_generations`` episodes per update; 2 x 4 unless ``--tasks-per-update`` and ``--num-generations`` say
+    otherwise) and rollout settings; the preset sets the rest. Each rollout batch serves ``num_iterations`` optimizer
+    steps (``--num-iterations``; 1, on-policy, unless the flag says otherwise).
     A run stops at the first update that reaches the budget, after all of that batch's optimizer steps.
     Learning-rate schedules are constant after the preset's warmup, a warmup fraction being of the fewest updates the
     budget allows (all episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x

@@ -15,6 +15,12 @@ from .scheduler import run_processes
 from .table import comparison, folder_table, load_records, markdown, regenerate
 
 
+def group_sizes(args: argparse.Namespace) -> dict[str, int]:
+    """The update's sizes the flags change from the protocol's (--smoke keeps its own otherwise)."""
+    sizes = {"num_generations": args.num_generations, "tasks_per_update": args.tasks_per_update}
+    return {name: value for name, value in sizes.items() if value != getattr(Scale, name)}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=sys.modules[__package__].__doc__.split("\n\n")[0])
     parser.add_argument("--env", nargs="+", default=["minigrid"], help=f"Columns: {', '.join(COLUMNS)} or all.")
@@ -28,6 +34,13 @@ def main(argv: list[str] | None = None) -> None:
                              "folder).")
     parser.add_argument("--num-iterations", type=int, default=Scale.num_iterations,
                         help="Optimizer passes over each rollout batch in the RL presets (GRPOConfig.num_iterations).")
+    parser.add_argument("--num-generations", type=int, default=Scale.num_generations,
+                        help="Rollouts of each task in an update (the RL presets' and DPO's group size). With "
+                             "--tasks-per-update it sets the episodes an update plays; records of another size belong "
+                             "in their own --records folder.")
+    parser.add_argument("--tasks-per-update", type=int, default=Scale.tasks_per_update,
+                        help="Tasks an RL update plays, each --num-generations times (e.g. 1 x 8 instead of 2 x 4: "
+                             "more rollouts a task for the same episodes an update).")
     parser.add_argument("--learning-rate", type=float, default=Scale.learning_rate,
                         help="The RL presets' learning rate (the warm start's and DPO's keep their own).")
     parser.add_argument("--thinking-scale-rule", choices=THINKING_SCALE_RULES,
@@ -95,6 +108,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.num_generations < 2 or args.tasks_per_update < 1:
+        parser.error("--num-generations must be at least 2 (a group compares its rollouts) and --tasks-per-update at "
+                     f"least 1, got {args.num_generations} and {args.tasks_per_update}")
+    if (args.num_generations * args.tasks_per_update) % Scale.micro_batch:
+        parser.error("an update's episodes (--tasks-per-update x --num-generations) must be a multiple of the "
+                     f"micro-batch of {Scale.micro_batch}")
     if not args.learning_rate > 0:
         parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
     if args.advantage_estimator and not args.table:
@@ -114,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     if (args.max_turns or args.context_policy) and not args.table and records.resolve() == RECORDS:
         parser.error("--max-turns and --context-policy make another setting than the main table's: give it its own "
                      "--records folder (e.g. --records benchmarks/learning_runs/ablations/alfworld-50-window)")
+    if group_sizes(args) and not args.table and records.resolve() == RECORDS:
+        parser.error("--num-generations and --tasks-per-update make another setting than the main table's: give it "
+                     "its own --records folder (e.g. --records benchmarks/learning_runs/validation/alfworld-groups-8)")
     if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
         parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
                      "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
@@ -162,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
         column = COLUMNS[environment]
         chosen = dict(num_iterations=args.num_iterations, thinking_scale_rule=args.thinking_scale_rule,
                       advantage_estimator=args.advantage_estimator, learning_rate=args.learning_rate,
-                      dpo_pairs=args.dpo_pairs, thinking_critic=False if args.no_thinking_critic else None)
+                      dpo_pairs=args.dpo_pairs, thinking_critic=False if args.no_thinking_critic else None,
+                      **group_sizes(args))
         scale = dataclasses.replace(Scale(), eval_episodes=args.eval_episodes, **chosen)
         if args.smoke:
             column = dataclasses.replace(column, budget=8, sft_episodes=4, sft_epochs=1)
@@ -198,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
                         ("--history-turns", args.history_turns if args.context_policy == "window" else None)):
         forwarded += [flag, str(value)] if value else []
     forwarded += ["--num-iterations", str(args.num_iterations), "--learning-rate", str(args.learning_rate)]
+    for name, value in group_sizes(args).items():
+        forwarded += [f"--{name.replace('_', '-')}", str(value)]
     forwarded += ["--thinking-scale-rule", args.thinking_scale_rule] if args.thinking_scale_rule else []
     forwarded += ["--advantage-estimator", args.advantage_estimator] if args.advantage_estimator else []
     forwarded += ["--dpo-pairs", args.dpo_pairs]
