@@ -46,6 +46,7 @@ from .envs import (
 from .hub.cards import check_environment_name
 from .hub.push import StarPOHubMixin
 from .logprobs import last_hidden_states, scored_logps
+from .memory import release_free_memory
 from .nonfinite import NonFiniteGuard
 from .checkpoints import CheckpointSeal, clear_checkpoint_folder, resolve_resume
 from .timing import UpdateTimer
@@ -351,6 +352,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         groups = [(offset + i) // group_size for i in range(len(inputs))]
         trajectories = self.collect_trajectories(inputs, groups)
         self.last_trajectories = trajectories
+        release_free_memory()  # the rollout's KV caches and logits, before the scoring forwards
         if mode == "train":  # fresh rollouts; an evaluation in between must not cancel a pending stop
             self.kl_early_stopping.reset()
             with self.update_timer.phase("scoring"):
@@ -630,6 +632,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         # what is neither making the inputs (rollouts, scoring) nor the forward and loss is the backward pass
         self.update_timer.add("backward", time.perf_counter() - start - self._inputs_seconds - self._loss_seconds)
         self.nonfinite_guard.observe_loss(loss)
+        release_free_memory()  # the micro-step's activations and gradients of the logits
         return loss
 
     def _training_step_by_turn_chunks(self, model, inputs, num_items_in_batch=None):
