@@ -399,6 +399,8 @@ def test_the_group_size_is_its_own_setting(learning, monkeypatch, tmp_path):
     assert (eight.num_generations, eight.tasks_per_update, eight.episodes_per_update) == (8, 1, 8)
     assert (default.num_generations, default.tasks_per_update) == (4, 2)
     assert (smoke.num_generations, smoke.tasks_per_update) == (2, 1)  # the smoke scale's own, not the protocol's
+    learning.cli.main([*base, "--smoke", "--num-generations", "4"])  # given, even at the protocol's value
+    assert (chosen.pop().num_generations, smoke.tasks_per_update) == (4, 1)
     column, model = learning.protocol.COLUMNS["alfworld"], "m"
     assert learning.protocol.setting_key("alfworld", column, eight, model) != learning.protocol.setting_key(
         "alfworld", column, default, model)

@@ -13,6 +13,8 @@ import ctypes
 import sys
 from functools import lru_cache
 
+from transformers import TrainerCallback
+
 
 @lru_cache(maxsize=1)
 def _malloc_trim():
@@ -22,14 +24,25 @@ def _malloc_trim():
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # not glibc
         return None
-    return getattr(libc, "malloc_trim", None)
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
 def release_free_memory() -> bool:
     """Give the pages the C allocator holds free back to the system (glibc's ``malloc_trim``); returns whether
-    there was such an allocator to ask (False on macOS, Windows and C libraries without it)."""
+    there was such an allocator to ask (False on macOS, Windows and C libraries without it; with jemalloc or tcmalloc
+    preloaded it trims glibc's own, unused heap)."""
     trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)
     return True
+
+
+class ReleaseFreeMemory(TrainerCallback):
+    """Hands freed host memory back after every optimizer step, once its micro-steps' activations are gone."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        release_free_memory()

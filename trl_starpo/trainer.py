@@ -46,7 +46,7 @@ from .envs import (
 from .hub.cards import check_environment_name
 from .hub.push import StarPOHubMixin
 from .logprobs import last_hidden_states, scored_logps
-from .memory import release_free_memory
+from .memory import ReleaseFreeMemory, release_free_memory
 from .nonfinite import NonFiniteGuard
 from .checkpoints import CheckpointSeal, clear_checkpoint_folder, resolve_resume
 from .timing import UpdateTimer
@@ -206,6 +206,7 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         self.add_callback(self.update_timer)
         self.nonfinite_guard = NonFiniteGuard(self)  # a NaN / inf loss or gradient skips its optimizer step
         self.add_callback(self.nonfinite_guard)
+        self.add_callback(ReleaseFreeMemory())
         self._capture_loss_logps = False
         self._scored_positions: torch.Tensor | None = None  # the positions log-probs are read at, while scoring
         self._generation_start = 0  # the micro-step at which the buffered generation batch was collected
@@ -632,7 +633,6 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         # what is neither making the inputs (rollouts, scoring) nor the forward and loss is the backward pass
         self.update_timer.add("backward", time.perf_counter() - start - self._inputs_seconds - self._loss_seconds)
         self.nonfinite_guard.observe_loss(loss)
-        release_free_memory()  # the micro-step's activations and gradients of the logits
         return loss
 
     def _training_step_by_turn_chunks(self, model, inputs, num_items_in_batch=None):

@@ -16,9 +16,9 @@ from .table import comparison, folder_table, load_records, markdown, regenerate
 
 
 def group_sizes(args: argparse.Namespace) -> dict[str, int]:
-    """The update's sizes the flags change from the protocol's (--smoke keeps its own otherwise)."""
+    """The update's sizes the flags give (--smoke and the protocol keep their own otherwise)."""
     sizes = {"num_generations": args.num_generations, "tasks_per_update": args.tasks_per_update}
-    return {name: value for name, value in sizes.items() if value != getattr(Scale, name)}
+    return {name: value for name, value in sizes.items() if value is not None}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None) -> None:
                              "folder).")
     parser.add_argument("--num-iterations", type=int, default=Scale.num_iterations,
                         help="Optimizer passes over each rollout batch in the RL presets (GRPOConfig.num_iterations).")
-    parser.add_argument("--num-generations", type=int, default=Scale.num_generations,
-                        help="Rollouts of each task in an update (the RL presets' and DPO's group size). With "
-                             "--tasks-per-update it sets the episodes an update plays; records of another size belong "
-                             "in their own --records folder.")
-    parser.add_argument("--tasks-per-update", type=int, default=Scale.tasks_per_update,
-                        help="Tasks an RL update plays, each --num-generations times (e.g. 1 x 8 instead of 2 x 4: "
-                             "more rollouts a task for the same episodes an update).")
+    parser.add_argument("--num-generations", type=int,
+                        help=f"Rollouts of each task in an update (the RL presets' and DPO's group size; default "
+                             f"{Scale.num_generations}). With --tasks-per-update it sets the episodes an update plays; "
+                             "records of another size belong in their own --records folder.")
+    parser.add_argument("--tasks-per-update", type=int,
+                        help=f"Tasks an RL update plays, each --num-generations times (default "
+                             f"{Scale.tasks_per_update}; e.g. 1 x 8 instead of 2 x 4: more rollouts a task for the "
+                             "same episodes an update). DPO's rounds keep their own number of tasks.")
     parser.add_argument("--learning-rate", type=float, default=Scale.learning_rate,
                         help="The RL presets' learning rate (the warm start's and DPO's keep their own).")
     parser.add_argument("--thinking-scale-rule", choices=THINKING_SCALE_RULES,
@@ -108,12 +109,14 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--history-turns must be at least 1, got {args.history_turns}")
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if args.num_generations < 2 or args.tasks_per_update < 1:
+    sizes = {**{"num_generations": Scale.num_generations, "tasks_per_update": Scale.tasks_per_update},
+             **group_sizes(args)}
+    if sizes["num_generations"] < 2 or sizes["tasks_per_update"] < 1:
         parser.error("--num-generations must be at least 2 (a group compares its rollouts) and --tasks-per-update at "
-                     f"least 1, got {args.num_generations} and {args.tasks_per_update}")
-    if (args.num_generations * args.tasks_per_update) % Scale.micro_batch:
-        parser.error("an update's episodes (--tasks-per-update x --num-generations) must be a multiple of the "
-                     f"micro-batch of {Scale.micro_batch}")
+                     f"least 1, got {sizes['num_generations']} and {sizes['tasks_per_update']}")
+    if (sizes["num_generations"] * sizes["tasks_per_update"]) % Scale.micro_batch:
+        parser.error(f"an update's episodes ({sizes['tasks_per_update']} tasks x {sizes['num_generations']}) must be a "
+                     f"multiple of the micro-batch of {Scale.micro_batch}")
     if not args.learning_rate > 0:
         parser.error(f"--learning-rate must be positive, got {args.learning_rate}")
     if args.advantage_estimator and not args.table:
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     if (args.max_turns or args.context_policy) and not args.table and records.resolve() == RECORDS:
         parser.error("--max-turns and --context-policy make another setting than the main table's: give it its own "
                      "--records folder (e.g. --records benchmarks/learning_runs/ablations/alfworld-50-window)")
-    if group_sizes(args) and not args.table and records.resolve() == RECORDS:
+    other_sizes = any(value != getattr(Scale, name) for name, value in group_sizes(args).items())
+    if other_sizes and not args.table and records.resolve() == RECORDS:
         parser.error("--num-generations and --tasks-per-update make another setting than the main table's: give it "
                      "its own --records folder (e.g. --records benchmarks/learning_runs/validation/alfworld-groups-8)")
     if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
