@@ -1049,3 +1049,51 @@ def test_compare_pairs_one_method_across_records_folders_by_task(learning, tmp_p
                                                                                str(tmp_path / "missing")]):
         with pytest.raises(SystemExit):
             learning.cli.main(["--compare", str(folders[0]), "--env", "minigrid", *wrong])
+
+
+def test_a_checkpoint_on_the_way_is_evaluated_without_training(learning, counter_env, tiny_model_dir, tmp_path,
+                                                               monkeypatch):
+    column = learning.protocol.Column(
+        held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
+        rollout=dict(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3, max_tokens_per_turn=24,
+                     max_context_length=512, enable_thinking=True),
+    )
+    monkeypatch.setitem(learning.protocol.COLUMNS, counter_env, column)
+    work = tmp_path / "work"
+    common = dict(scale=learning.protocol.SMOKE, model=tiny_model_dir, workdir=work)
+    finished = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "end", column=column, **common)
+    run_dir, = (work / "runs" / counter_env).glob("starpo-s-seed0-*")
+    last, = run_dir.glob("checkpoint-*")
+    # kept aside with its run folder's markers, as a budget curve keeps a point the run's save limit would delete
+    kept = tmp_path / "kept" / run_dir.name
+    shutil.copytree(last, kept / last.name)
+    for marker in ("setting.json", "warm_start.json"):
+        shutil.copy(run_dir / marker, kept)
+    shutil.rmtree(run_dir)
+
+    from trl_starpo import StarPOTrainer
+
+    monkeypatch.setattr(StarPOTrainer, "train", lambda *args, **kwargs: pytest.fail("a checkpoint is not trained"))
+    point = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "point", column=column,
+                                  checkpoint=kept / last.name, **common)
+    assert point["checkpoint"] == last.name and "checkpoint" not in finished
+    assert point["curve"] == finished["curve"] and point["updates"] == finished["updates"]
+    assert point["training_means"] == finished["training_means"] and point["training_means"]
+    assert point["held_out"] == finished["held_out"]  # the last checkpoint is the trained model
+    assert not run_dir.exists()  # evaluating a checkpoint makes no run folder
+
+    with pytest.raises(ValueError, match="not trained with these settings"):
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other",
+                              column=dataclasses.replace(column, budget=24), checkpoint=kept / last.name, **common)
+    with pytest.raises(ValueError, match="RL preset"):
+        learning.runs.run_one("sft", counter_env, 0, records=tmp_path / "other", column=column,
+                              checkpoint=kept / last.name, **common)
+    (kept / "warm_start.json").write_text(json.dumps({"warm_start": "another"}))
+    with pytest.raises(ValueError, match="not trained from the warm start"):
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other", column=column,
+                              checkpoint=kept / last.name, **common)
+    for flags in (["--seed", "0", "1", "--records", str(tmp_path / "other")],  # one run's checkpoint
+                  []):  # never into the main table's records
+        with pytest.raises(SystemExit):
+            learning.cli.main(["--env", counter_env, "--method", "starpo-s", "--checkpoint", str(kept / last.name),
+                               *flags])

@@ -85,6 +85,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="Evaluate on this split instead of the column's held-out one: `validation` (ALFWorld: "
                              "`valid_seen`) for exploring budgets, warm starts and learning rates, keeping the test "
                              "split for the final settings. Needs its own --records folder.")
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
+                        help="Train nothing: evaluate this checkpoint-N folder of an RL run of the same flags (a point "
+                             "on its way to the budget, e.g. for a budget curve on validation). One --env, --method "
+                             "and --seed; its record needs its own --records folder.")
     parser.add_argument("--rerun", action="store_true",
                         help="Make the runs again from the start (their checkpoints removed; the warm start kept) even "
                              "where a record with the same settings exists, and replace their records.")
@@ -143,6 +147,14 @@ def main(argv: list[str] | None = None) -> None:
     if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
         parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
                      "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
+    if args.checkpoint and not args.table:
+        if len(args.env) != 1 or len(args.method) != 1 or len(args.seed) != 1 or "all" in args.env + args.method:
+            parser.error("--checkpoint evaluates one run's checkpoint: give one --env, one --method and one --seed")
+        if records.resolve() == RECORDS:
+            parser.error("--checkpoint records a point on a run's way, not its end: give it its own --records folder "
+                         "(e.g. --records benchmarks/learning_runs/validation/alfworld-budget-update36)")
+        if not args.checkpoint.is_dir():
+            parser.error(f"no checkpoint folder {args.checkpoint}")
     if args.compare:
         if len(args.env) != 1 or len(args.method) != 1 or "all" in args.env + args.method:
             parser.error("--compare compares one method on one column: give one --env and one --method")
@@ -209,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
             column = dataclasses.replace(column, warm_start_adapter=None)
         workdir = args.workdir / "smoke" if args.smoke else args.workdir
         record = run_one(method, environment, seed, scale=scale, model=args.model, workdir=workdir, records=records,
-                         column=column, rerun=args.rerun)
+                         column=column, rerun=args.rerun, checkpoint=args.checkpoint)
         print(f"{environment} {method} seed {seed}: {record['updates']} updates, {record['turns']} turns, held-out "
               f"{record['held_out']['successes']}/{record['held_out']['episodes']}", flush=True)
         return

@@ -15,11 +15,11 @@ from provenance import cpus, provenance  # benchmarks/provenance.py
 
 from .evaluation import held_out, held_out_tasks, load_model, tasks_digest
 from .protocol import (
-    COLUMNS, Column, METHODS, PRESET_METHODS, RECORDS, ROOT, Scale, WORKDIR, applied_rule, collection_precision,
-    native_bf16, recorded_collection_precision, recorded_rule, setting_key,
+    COLUMNS, Column, METHODS, PRESET_METHODS, PROGRESS_FILE, RECORDS, ROOT, Scale, WORKDIR, applied_rule,
+    collection_precision, native_bf16, recorded_collection_precision, recorded_rule, setting_key,
 )
-from .training import (shipped_warm_start_name, time_split, train_dpo, train_preset, training_means,
-                       warm_start)
+from .training import (load_checkpoint, shipped_warm_start_name, time_split, train_dpo, train_preset,
+                       training_means, warm_start)
 
 
 def record_path(records: Path, environment: str, method: str, seed: int) -> Path:
@@ -28,10 +28,12 @@ def record_path(records: Path, environment: str, method: str, seed: int) -> Path
 
 def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(), model: str | None = None,
             workdir: Path = WORKDIR, records: Path = RECORDS, column: Column | None = None,
-            rerun: bool = False) -> dict:
+            rerun: bool = False, checkpoint: Path | None = None) -> dict:
     """Make (or resume) one run and write its record; a run already recorded with these settings is returned, unless
     ``rerun``: then it is made again from the start (its checkpoints removed; the shared warm start is kept) and its
-    record replaced."""
+    record replaced. With ``checkpoint`` (a ``checkpoint-N`` folder of an RL run of these settings, or a copy of one
+    kept with its run folder's ``setting.json`` and ``warm_start.json``) nothing is trained: the record is the run's
+    held-out success at that checkpoint, its curve and training log up to it."""
     import torch
 
     from trl_starpo.models import DEFAULT_MODEL, resolve_model_path
@@ -50,20 +52,24 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         same_start = method in ("random", "untrained") or not column.warm_start_adapter or recorded.get(
             "warm_start") == shipped_warm_start_name(environment, column.warm_start_adapter,
                                                      resolve_model_path(model_name))
+        same_point = recorded.get("checkpoint") == (checkpoint.name if checkpoint else None)
         if (recorded.get("setting") == key and recorded_rule(recorded) == rule and same_tasks and same_start
-                and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
+                and same_point and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
             print(f"[{environment}] {method} seed {seed}: already recorded with these settings in {path} "
                   f"({recorded.get('recorded')}, commit {str(recorded.get('commit'))[:10]}); not run again "
                   "(--rerun makes it again)", flush=True)
             return recorded
     held_out_tasks(environment, column, scale)  # a split that cannot be evaluated fails before any training
+    if checkpoint is not None:
+        check_checkpoint(checkpoint, method, key, rule)
     started = time.time()
     torch.manual_seed(seed)
     run_dir = run_directory(workdir, environment, method, seed, key, rule)
-    if rerun and run_dir.is_dir():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "setting.json").write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
+    if checkpoint is None:
+        if rerun and run_dir.is_dir():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "setting.json").write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
 
     curve: list = []
     log_history: list = []
@@ -74,8 +80,12 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         trained, tokenizer = load_model(resolve_model_path(model_name))
     else:
         start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir)
-        restart_on_new_warm_start(run_dir, start.name)
-        if method == "sft":
+        if checkpoint is None:
+            restart_on_new_warm_start(run_dir, start.name)
+        if checkpoint is not None:
+            check_trained_from(checkpoint, start.name)
+            trained, tokenizer, curve, log_history = load_checkpoint(start, checkpoint)
+        elif method == "sft":
             trained, tokenizer = load_model(str(start))
         elif method == "dpo":
             trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
@@ -90,7 +100,8 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
         "collection_precision": collection_precision(method, scale.bf16), "model": model_name,
-        "warm_start": start.name if start else None, "held_out": result, "turns": curve[-1][0] if curve else 0,
+        "warm_start": start.name if start else None, **({"checkpoint": checkpoint.name} if checkpoint else {}),
+        "held_out": result, "turns": curve[-1][0] if curve else 0,
         "updates": len(curve), "budget": column.budget, "curve": curve,
         "training_means": training_means(log_history), "time_split": time_split(log_history),
         "column": dataclasses.asdict(column),
@@ -116,6 +127,27 @@ def restart_on_new_warm_start(run_dir: Path, warm_start_name: str) -> None:
             if child.name != "setting.json":
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
     marker.write_text(json.dumps({"warm_start": warm_start_name}))
+
+
+def check_checkpoint(checkpoint: Path, method: str, key: str, rule: str | None) -> None:
+    """Refuse a checkpoint that is not an RL run's of these settings: its run folder's ``setting.json`` must name
+    them, as ``run_directory``'s does."""
+    if method not in PRESET_METHODS:
+        raise ValueError(f"A checkpoint is an RL preset's ({', '.join(PRESET_METHODS)}); {method!r} has none.")
+    if not (checkpoint / PROGRESS_FILE).is_file():
+        raise ValueError(f"{checkpoint} is not a checkpoint of a learning run: it has no {PROGRESS_FILE}.")
+    marker = checkpoint.parent / "setting.json"
+    if not marker.is_file() or json.loads(marker.read_text()) != {"setting": key, "thinking_scale_rule": rule}:
+        raise ValueError(f"{checkpoint} was not trained with these settings (its run folder's setting.json, "
+                         f"{marker}, is missing or names others): give the flags of the run that made it.")
+
+
+def check_trained_from(checkpoint: Path, warm_start_name: str) -> None:
+    """Refuse a checkpoint trained from another warm start than the one it would be evaluated on."""
+    marker = checkpoint.parent / "warm_start.json"
+    if not marker.is_file() or json.loads(marker.read_text()).get("warm_start") != warm_start_name:
+        raise ValueError(f"{checkpoint} was not trained from the warm start {warm_start_name} (its run folder's "
+                         f"warm_start.json, {marker}, is missing or names another).")
 
 
 def run_directory(workdir: Path, environment: str, method: str, seed: int, key: str, rule: str | None) -> Path:

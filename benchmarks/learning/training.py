@@ -178,6 +178,19 @@ def train_preset(method, environment, column, scale, seed, start: Path, run_dir:
         trainer.state.log_history
 
 
+def load_checkpoint(start: Path, checkpoint: Path):
+    """An RL run's model at one of its checkpoints (the checkpoint's LoRA adapter on the warm start ``start``), with
+    the run's curve and training log up to it."""
+    from peft import PeftModel
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    model, tokenizer = load_model(str(start))
+    model = PeftModel.from_pretrained(model, str(checkpoint))
+    curve = json.loads((checkpoint / PROGRESS_FILE).read_text())
+    log_history = json.loads((checkpoint / TRAINER_STATE_NAME).read_text())["log_history"]
+    return model, tokenizer, curve, log_history
+
+
 TRAINING_SERIES = (
     "frac_reward_zero_std", "rollout/group_return_std", "rollout/action_validity", "rollout/format_error_rate",
     "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
