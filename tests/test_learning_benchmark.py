@@ -1052,7 +1052,7 @@ def test_compare_pairs_one_method_across_records_folders_by_task(learning, tmp_p
 
 
 def test_a_checkpoint_on_the_way_is_evaluated_without_training(learning, counter_env, tiny_model_dir, tmp_path,
-                                                               monkeypatch):
+                                                               monkeypatch, capsys):
     column = learning.protocol.Column(
         held_out="test", budget=12, sft_episodes=4, sft_epochs=1,
         rollout=dict(max_turns=3, max_actions_per_turn=1, max_actions_per_trajectory=3, max_tokens_per_turn=24,
@@ -1060,40 +1060,63 @@ def test_a_checkpoint_on_the_way_is_evaluated_without_training(learning, counter
     )
     monkeypatch.setitem(learning.protocol.COLUMNS, counter_env, column)
     work = tmp_path / "work"
-    common = dict(scale=learning.protocol.SMOKE, model=tiny_model_dir, workdir=work)
-    finished = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "end", column=column, **common)
-    run_dir, = (work / "runs" / counter_env).glob("starpo-s-seed0-*")
-    last, = run_dir.glob("checkpoint-*")
-    # kept aside with its run folder's markers, as a budget curve keeps a point the run's save limit would delete
-    kept = tmp_path / "kept" / run_dir.name
-    shutil.copytree(last, kept / last.name)
-    for marker in ("setting.json", "warm_start.json"):
-        shutil.copy(run_dir / marker, kept)
-    shutil.rmtree(run_dir)
+    common = dict(scale=learning.protocol.SMOKE, model=tiny_model_dir, workdir=work, column=column)
 
+    # the run keeps only its newest checkpoint: each is copied aside with its run folder's markers before the next
     from trl_starpo import StarPOTrainer
 
+    def keep(folder: Path):
+        for checkpoint in folder.glob("checkpoint-*"):
+            kept = tmp_path / "kept" / checkpoint.name / folder.name
+            shutil.copytree(checkpoint, kept / "checkpoint", dirs_exist_ok=True)
+            for marker in ("setting.json", "warm_start.json"):
+                shutil.copy(folder / marker, kept)
+
+    original_save = StarPOTrainer._save_checkpoint
+
+    def keep_and_save(self, *args, **kwargs):
+        keep(Path(self.args.output_dir))
+        original_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(StarPOTrainer, "_save_checkpoint", keep_and_save)
+    finished = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "end", **common)
+    run_dir, = (work / "runs" / counter_env).glob("starpo-s-seed0-*")
+    keep(run_dir)
+    assert finished["updates"] >= 2
+    shutil.rmtree(run_dir)
+
+    def kept(update: int) -> Path:
+        return tmp_path / "kept" / f"checkpoint-{update}" / run_dir.name / "checkpoint"
+
     monkeypatch.setattr(StarPOTrainer, "train", lambda *args, **kwargs: pytest.fail("a checkpoint is not trained"))
-    point = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "point", column=column,
-                                  checkpoint=kept / last.name, **common)
-    assert point["checkpoint"] == last.name and "checkpoint" not in finished
-    assert point["curve"] == finished["curve"] and point["updates"] == finished["updates"]
-    assert point["training_means"] == finished["training_means"] and point["training_means"]
-    assert point["held_out"] == finished["held_out"]  # the last checkpoint is the trained model
+    first = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "first", checkpoint=kept(1), **common)
+    assert first["checkpoint"] == "checkpoint" and "checkpoint" not in finished
+    assert first["updates"] == 1 and first["curve"] == finished["curve"][:1]
+    assert first["turns"] == finished["curve"][0][0] < finished["turns"]
+    last = learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "last",
+                                 checkpoint=kept(finished["updates"]), **common)
+    assert last["curve"] == finished["curve"] and last["training_means"] == finished["training_means"]
+    assert last["held_out"] == finished["held_out"]  # the last checkpoint is the trained model
     assert not run_dir.exists()  # evaluating a checkpoint makes no run folder
 
+    # a point never replaces the record of another point or of a run's end, nor the other way round
+    with pytest.raises(ValueError, match="give this one its own --records folder"):
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "end", checkpoint=kept(1), **common)
+    with pytest.raises(ValueError, match="give this one its own --records folder"):
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "first", **common)
+    other = dict(common, column=dataclasses.replace(column, budget=24))
     with pytest.raises(ValueError, match="not trained with these settings"):
-        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other",
-                              column=dataclasses.replace(column, budget=24), checkpoint=kept / last.name, **common)
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other", checkpoint=kept(1), **other)
     with pytest.raises(ValueError, match="RL preset"):
-        learning.runs.run_one("sft", counter_env, 0, records=tmp_path / "other", column=column,
-                              checkpoint=kept / last.name, **common)
-    (kept / "warm_start.json").write_text(json.dumps({"warm_start": "another"}))
+        learning.runs.run_one("sft", counter_env, 0, records=tmp_path / "other", checkpoint=kept(1), **common)
+    (kept(1).parent / "warm_start.json").write_text(json.dumps({"warm_start": "another"}))
     with pytest.raises(ValueError, match="not trained from the warm start"):
-        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other", column=column,
-                              checkpoint=kept / last.name, **common)
-    for flags in (["--seed", "0", "1", "--records", str(tmp_path / "other")],  # one run's checkpoint
-                  []):  # never into the main table's records
+        learning.runs.run_one("starpo-s", counter_env, 0, records=tmp_path / "other", checkpoint=kept(1), **common)
+
+    monkeypatch.setattr(learning.cli, "run_one", lambda *args, **kwargs: pytest.fail("refused before any run"))
+    for flags, said in ((["--seed", "0", "1", "--records", str(tmp_path / "other")], "one --seed"),
+                        ([], "its own --records folder"),  # never into the main table's records
+                        (["--table", "--records", str(tmp_path / "other")], "only read records")):
         with pytest.raises(SystemExit):
-            learning.cli.main(["--env", counter_env, "--method", "starpo-s", "--checkpoint", str(kept / last.name),
-                               *flags])
+            learning.cli.main(["--env", counter_env, "--method", "starpo-s", "--checkpoint", str(kept(1)), *flags])
+        assert said in capsys.readouterr().err

@@ -147,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     if (args.no_thinking_critic or args.answer_only) and not args.table and records.resolve() == RECORDS:
         parser.error("--no-thinking-critic and --answer-only are ablations of the main table's setting: give them their "
                      "own --records folder (e.g. --records benchmarks/learning_runs/ablations/thinking-no-critic)")
-    if args.checkpoint and not args.table:
+    if args.checkpoint:
+        if args.table or args.compare:
+            parser.error("--checkpoint evaluates a checkpoint; --table and --compare only read records")
         if len(args.env) != 1 or len(args.method) != 1 or len(args.seed) != 1 or "all" in args.env + args.method:
             parser.error("--checkpoint evaluates one run's checkpoint: give one --env, one --method and one --seed")
         if records.resolve() == RECORDS:

@@ -44,17 +44,21 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
     model_name = model or DEFAULT_MODEL
     key, rule = setting_key(environment, column, scale, model_name), applied_rule(method, column, scale)
     path = record_path(records, environment, method, seed)
+    point = checkpoint.name if checkpoint else None
     if path.is_file() and not rerun:
         recorded = json.loads(path.read_text())
+        if recorded.get("checkpoint") != point:
+            raise ValueError(f"{path} records {recorded.get('checkpoint') or 'the end of a run'}, not "
+                             f"{point or 'the end of a run'}: give this one its own --records folder (or --rerun to "
+                             "replace that record).")
         played = recorded.get("held_out", {}).get("tasks_sha256")  # records before 2026-12-05 name none
         same_tasks = played is None or played == tasks_digest(held_out_tasks(environment, column, scale))
         # the key names a shipped adapter by its path; a rebuilt one is another warm start
         same_start = method in ("random", "untrained") or not column.warm_start_adapter or recorded.get(
             "warm_start") == shipped_warm_start_name(environment, column.warm_start_adapter,
                                                      resolve_model_path(model_name))
-        same_point = recorded.get("checkpoint") == (checkpoint.name if checkpoint else None)
         if (recorded.get("setting") == key and recorded_rule(recorded) == rule and same_tasks and same_start
-                and same_point and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
+                and recorded_collection_precision(recorded) == collection_precision(method, scale.bf16)):
             print(f"[{environment}] {method} seed {seed}: already recorded with these settings in {path} "
                   f"({recorded.get('recorded')}, commit {str(recorded.get('commit'))[:10]}); not run again "
                   "(--rerun makes it again)", flush=True)
@@ -64,12 +68,12 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         check_checkpoint(checkpoint, method, key, rule)
     started = time.time()
     torch.manual_seed(seed)
-    run_dir = run_directory(workdir, environment, method, seed, key, rule)
     if checkpoint is None:
+        run_dir = run_directory(workdir, environment, method, seed, key, rule)
         if rerun and run_dir.is_dir():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "setting.json").write_text(json.dumps({"setting": key, "thinking_scale_rule": rule}))
+        (run_dir / "setting.json").write_text(json.dumps(setting_marker(key, rule)))
 
     curve: list = []
     log_history: list = []
@@ -80,27 +84,28 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         trained, tokenizer = load_model(resolve_model_path(model_name))
     else:
         start = warm_start(environment, column, scale, resolve_model_path(model_name), workdir)
-        if checkpoint is None:
-            restart_on_new_warm_start(run_dir, start.name)
         if checkpoint is not None:
-            check_trained_from(checkpoint, start.name)
+            check_marker(checkpoint.parent / "warm_start.json", {"warm_start": start.name},
+                         f"{checkpoint} was not trained from the warm start {start.name}")
             trained, tokenizer, curve, log_history = load_checkpoint(start, checkpoint)
-        elif method == "sft":
-            trained, tokenizer = load_model(str(start))
-        elif method == "dpo":
-            trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
-        elif method in PRESET_METHODS:
-            trained, tokenizer, curve, log_history = train_preset(method, environment, column, scale, seed, start,
-                                                                  run_dir)
         else:
-            raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
+            restart_on_new_warm_start(run_dir, start.name)
+            if method == "sft":
+                trained, tokenizer = load_model(str(start))
+            elif method == "dpo":
+                trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
+            elif method in PRESET_METHODS:
+                trained, tokenizer, curve, log_history = train_preset(method, environment, column, scale, seed,
+                                                                      start, run_dir)
+            else:
+                raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
     print(f"[{environment}] {method} seed {seed}: evaluating on {scale.eval_episodes} {column.held_out} tasks",
           flush=True)
     result = held_out(trained, tokenizer, environment, column, scale, seed)
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
         "collection_precision": collection_precision(method, scale.bf16), "model": model_name,
-        "warm_start": start.name if start else None, **({"checkpoint": checkpoint.name} if checkpoint else {}),
+        "warm_start": start.name if start else None, **({"checkpoint": point} if point else {}),
         "held_out": result, "turns": curve[-1][0] if curve else 0,
         "updates": len(curve), "budget": column.budget, "curve": curve,
         "training_means": training_means(log_history), "time_split": time_split(log_history),
@@ -129,25 +134,25 @@ def restart_on_new_warm_start(run_dir: Path, warm_start_name: str) -> None:
     marker.write_text(json.dumps({"warm_start": warm_start_name}))
 
 
+def setting_marker(key: str, rule: str | None) -> dict:
+    """What a run folder's ``setting.json`` holds: the settings its checkpoints were trained with."""
+    return {"setting": key, "thinking_scale_rule": rule}
+
+
 def check_checkpoint(checkpoint: Path, method: str, key: str, rule: str | None) -> None:
-    """Refuse a checkpoint that is not an RL run's of these settings: its run folder's ``setting.json`` must name
-    them, as ``run_directory``'s does."""
+    """Refuse a checkpoint that is not an RL run's of these settings."""
     if method not in PRESET_METHODS:
         raise ValueError(f"A checkpoint is an RL preset's ({', '.join(PRESET_METHODS)}); {method!r} has none.")
     if not (checkpoint / PROGRESS_FILE).is_file():
         raise ValueError(f"{checkpoint} is not a checkpoint of a learning run: it has no {PROGRESS_FILE}.")
-    marker = checkpoint.parent / "setting.json"
-    if not marker.is_file() or json.loads(marker.read_text()) != {"setting": key, "thinking_scale_rule": rule}:
-        raise ValueError(f"{checkpoint} was not trained with these settings (its run folder's setting.json, "
-                         f"{marker}, is missing or names others): give the flags of the run that made it.")
+    check_marker(checkpoint.parent / "setting.json", setting_marker(key, rule),
+                 f"{checkpoint} was not trained with these settings (give the flags of the run that made it)")
 
 
-def check_trained_from(checkpoint: Path, warm_start_name: str) -> None:
-    """Refuse a checkpoint trained from another warm start than the one it would be evaluated on."""
-    marker = checkpoint.parent / "warm_start.json"
-    if not marker.is_file() or json.loads(marker.read_text()).get("warm_start") != warm_start_name:
-        raise ValueError(f"{checkpoint} was not trained from the warm start {warm_start_name} (its run folder's "
-                         f"warm_start.json, {marker}, is missing or names another).")
+def check_marker(marker: Path, expected: dict, refusal: str) -> None:
+    """Refuse, saying ``refusal``, unless the run folder's ``marker`` file holds ``expected``."""
+    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+        raise ValueError(f"{refusal}: its run folder's {marker.name} ({marker}) is missing or names another.")
 
 
 def run_directory(workdir: Path, environment: str, method: str, seed: int, key: str, rule: str | None) -> Path:
@@ -158,7 +163,7 @@ def run_directory(workdir: Path, environment: str, method: str, seed: int, key: 
     name = f"{method}-seed{seed}"
     earlier = workdir / "runs" / environment / name
     marker = earlier / "setting.json"
-    if marker.is_file() and json.loads(marker.read_text()) == {"setting": key, "thinking_scale_rule": rule}:
+    if marker.is_file() and json.loads(marker.read_text()) == setting_marker(key, rule):
         return earlier
     return workdir / "runs" / environment / "-".join([name, key, *([rule] if rule else [])])
 
