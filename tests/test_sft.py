@@ -190,7 +190,10 @@ def test_sft_recipe_learns_the_demonstrations_and_saves_a_full_model(counter_env
     assert json.loads((out / "validation_results.json").read_text()) == json.loads(json_text(results))
 
 
-def test_a_warm_start_cut_short_resumes_from_its_checkpoint(counter_env, tiny_model_dir, tmp_path):
+def test_a_warm_start_cut_short_resumes_from_its_checkpoint(counter_env, tiny_model_dir, tmp_path, monkeypatch):
+    from datasets import Dataset, load_from_disk
+
+    import trl_starpo.sft as sft
     from trl_starpo.recipes import run_sft
 
     out = tmp_path / "sft"
@@ -208,7 +211,19 @@ def test_a_warm_start_cut_short_resumes_from_its_checkpoint(counter_env, tiny_mo
     run_sft(counter_env, [*common, "--max_steps", "2", "--learning_rate", "1e-2"])
     step, first = logged()
     assert step == 2 and len(first) == 2 and (out / "checkpoint-2").is_dir()
+    played = load_from_disk(str(out / "demonstrations"))
+    # resumed, the run trains on the demonstrations its first start saved: the expert does not play again
+    monkeypatch.setattr(sft, "expert_demonstrations", lambda *a, **k: pytest.fail("the expert played again"))
     # another learning rate shows which steps ran again: resumed, the first two are the checkpoint's, not retrained
     run_sft(counter_env, [*common, "--max_steps", "4", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true"])
     step, resumed = logged()
     assert step == 4 and len(resumed) == 4 and resumed[:2] == first
+    assert load_from_disk(str(out / "demonstrations"))["input_ids"] == played["input_ids"]
+    # demonstrations of other settings are played again, as is every run that does not resume
+    replays = []
+    monkeypatch.setattr(sft, "expert_demonstrations",
+                        lambda *a, **k: replays.append(1) or Dataset.from_dict(played.to_dict()))
+    run_sft(counter_env, [*common, "--max_steps", "5", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true",
+                          "--only_successes", "false"])
+    run_sft(counter_env, [*common, "--max_steps", "1", "--learning_rate", "2e-2", "--output_dir", str(tmp_path / "b")])
+    assert len(replays) == 2

@@ -13,10 +13,12 @@ A run leaves in ``output_dir``: the agent (the LoRA adapter when ``use_peft``), 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accelerate import PartialState
 from transformers import TrainingArguments
 from trl import ModelConfig, TrlParser, get_peft_config
 
@@ -300,7 +302,9 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     ``trl_starpo.sft``), trained on with TRL's ``SFTTrainer``. ``output_dir`` gets a full model (a LoRA adapter is
     merged into its base), ready as ``--model_name_or_path`` of the StarPO recipe, with ``starpo_agent.json`` and
     ``validation_results.json`` (the model's success after fine-tuning); with LoRA, also the adapter alone in bf16
-    under ``adapter/``, ready as the StarPO recipe's ``--warm_start``. Returns the validation results.
+    under ``adapter/``, ready as the StarPO recipe's ``--warm_start``; and the demonstrations under ``demonstrations/``
+    (a ``datasets`` dataset), which a resumed run trains on instead of playing the expert again. Returns the validation
+    results.
     """
     from transformers import AutoTokenizer
     from trl import SFTTrainer
@@ -308,7 +312,7 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     from .hub.cards import AgentRecord
     from .evaluation import ModelPolicy
     from .logprobs import project_labelled_positions_only
-    from .sft import ExpertSFTConfig, expert_demonstrations
+    from .sft import ExpertSFTConfig, expert_demonstrations, resumable_demonstrations
 
     parser = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig))
     recipe, args, model_args = parser.parse_args_and_config(args=argv)
@@ -318,14 +322,16 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
         tokenizer.pad_token = tokenizer.eos_token
 
     checkpoint = resume_checkpoint(args)  # a missing one is an error before the expert plays
-    demonstrations = expert_demonstrations(
-        environment,
-        load_tasks(environment, split="train", source=recipe.tasks),
-        tokenizer,
-        args.rollout_settings,
-        episodes=args.expert_episodes,
-        environment_kwargs=args.environment_kwargs,
-        only_successes=args.only_successes,
+    tasks = load_tasks(environment, split="train", source=recipe.tasks)
+    played_with = {"environment": environment, "tasks": [dict(row) for row in tasks], "model": model_path,
+                   "rollout": dataclasses.asdict(args.rollout_settings), "episodes": args.expert_episodes,
+                   "environment_kwargs": args.environment_kwargs, "only_successes": args.only_successes}
+    demonstrations = resumable_demonstrations(
+        args.output_dir, played_with,
+        lambda: expert_demonstrations(environment, tasks, tokenizer, args.rollout_settings,
+                                      episodes=args.expert_episodes, environment_kwargs=args.environment_kwargs,
+                                      only_successes=args.only_successes),
+        resuming=checkpoint is not None, save=PartialState().is_main_process,
     )
     trainer = SFTTrainer(
         model=model_path,

@@ -11,9 +11,13 @@ observations and template tokens are not trained on), the pre-tokenized form TRL
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trl import SFTConfig
@@ -254,6 +258,39 @@ def expert_demonstrations(
             "max_actions_per_trajectory so the expert can finish, or pass only_successes=False."
         )
     return Dataset.from_list([row for trajectory in kept for row in demonstration_rows(trajectory)])
+
+
+DEMONSTRATIONS = "demonstrations"
+"""The folder of a warm start's ``output_dir`` where its demonstrations are kept (a ``datasets`` dataset)."""
+
+
+def resumable_demonstrations(folder: str | Path, settings: dict[str, Any], play: Callable[[], Any], *,
+                             resuming: bool, save: bool = True) -> Any:
+    """A warm start's demonstrations, kept in ``folder/demonstrations`` so that a resumed run does not play the
+    expert again.
+
+    Resuming, the demonstrations an earlier start of the run saved are loaded when they were played with the same
+    ``settings`` (a JSON-able description: environment, tasks, rollout settings, ...); otherwise ``play()`` makes them
+    and, with ``save`` (the main process), they are saved for a later resume, replacing any saved before.
+    """
+    from datasets import load_from_disk
+
+    folder = Path(folder)
+    saved, marker = folder / DEMONSTRATIONS, folder / f"{DEMONSTRATIONS}.json"
+    fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+    same = marker.is_file() and saved.is_dir() and json.loads(marker.read_text()).get("settings") == fingerprint
+    if resuming and same:
+        demonstrations = load_from_disk(str(saved))
+        logger.info("Resuming with the %d demonstration rows saved in %s (the expert does not play again).",
+                    len(demonstrations), saved)
+        return demonstrations
+    demonstrations = play()
+    if save:
+        marker.unlink(missing_ok=True)  # the marker goes last: a save cut short is never taken for a whole one
+        shutil.rmtree(saved, ignore_errors=True)
+        demonstrations.save_to_disk(str(saved))
+        marker.write_text(json.dumps({"settings": fingerprint, "rows": len(demonstrations)}))
+    return demonstrations
 
 
 @dataclass
