@@ -211,19 +211,30 @@ def test_a_warm_start_cut_short_resumes_from_its_checkpoint(counter_env, tiny_mo
     run_sft(counter_env, [*common, "--max_steps", "2", "--learning_rate", "1e-2"])
     step, first = logged()
     assert step == 2 and len(first) == 2 and (out / "checkpoint-2").is_dir()
-    played = load_from_disk(str(out / "demonstrations"))
+    saved = out / sft.DEMONSTRATIONS
+    played = load_from_disk(str(saved))
     # resumed, the run trains on the demonstrations its first start saved: the expert does not play again
     monkeypatch.setattr(sft, "expert_demonstrations", lambda *a, **k: pytest.fail("the expert played again"))
     # another learning rate shows which steps ran again: resumed, the first two are the checkpoint's, not retrained
     run_sft(counter_env, [*common, "--max_steps", "4", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true"])
     step, resumed = logged()
     assert step == 4 and len(resumed) == 4 and resumed[:2] == first
-    assert load_from_disk(str(out / "demonstrations"))["input_ids"] == played["input_ids"]
-    # demonstrations of other settings are played again, as is every run that does not resume
+    assert not list(saved.glob("cache-*"))  # the trainer's map and filter steps wrote nothing into the folder
+    assert load_from_disk(str(saved))["input_ids"] == played["input_ids"]
+
+    # the expert plays again, and its demonstrations replace the saved ones, for other settings, for a run that does
+    # not resume, and where the marker is gone
     replays = []
-    monkeypatch.setattr(sft, "expert_demonstrations",
-                        lambda *a, **k: replays.append(1) or Dataset.from_dict(played.to_dict()))
-    run_sft(counter_env, [*common, "--max_steps", "5", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true",
-                          "--only_successes", "false"])
-    run_sft(counter_env, [*common, "--max_steps", "1", "--learning_rate", "2e-2", "--output_dir", str(tmp_path / "b")])
-    assert len(replays) == 2
+
+    def replay(*args, **kwargs):
+        replays.append(1)
+        return Dataset.from_dict(played[:len(replays)])
+
+    monkeypatch.setattr(sft, "expert_demonstrations", replay)
+    for flags in (["--max_steps", "5", "--resume_from_checkpoint", "true", "--only_successes", "false"],
+                  ["--max_steps", "1"]):
+        run_sft(counter_env, [*common, "--learning_rate", "2e-2", *flags])
+        assert len(load_from_disk(str(saved))) == len(replays)
+    (out / f"{sft.DEMONSTRATIONS}.json").unlink()
+    run_sft(counter_env, [*common, "--max_steps", "2", "--learning_rate", "2e-2", "--resume_from_checkpoint", "true"])
+    assert len(replays) == 3

@@ -302,9 +302,9 @@ def run_sft(environment: str, argv: list[str] | None = None) -> dict[str, dict[s
     ``trl_starpo.sft``), trained on with TRL's ``SFTTrainer``. ``output_dir`` gets a full model (a LoRA adapter is
     merged into its base), ready as ``--model_name_or_path`` of the StarPO recipe, with ``starpo_agent.json`` and
     ``validation_results.json`` (the model's success after fine-tuning); with LoRA, also the adapter alone in bf16
-    under ``adapter/``, ready as the StarPO recipe's ``--warm_start``; and the demonstrations under ``demonstrations/``
-    (a ``datasets`` dataset), which a resumed run trains on instead of playing the expert again. Returns the validation
-    results.
+    under ``adapter/``, ready as the StarPO recipe's ``--warm_start``; and the demonstrations under ``_demonstrations/``
+    (a ``datasets`` dataset, not pushed to the Hub), which a run resumed with the same settings trains on instead of
+    playing the expert again. Returns the validation results.
     """
     from transformers import AutoTokenizer
     from trl import SFTTrainer

@@ -14,6 +14,7 @@ import copy
 import hashlib
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -260,13 +261,14 @@ def expert_demonstrations(
     return Dataset.from_list([row for trajectory in kept for row in demonstration_rows(trajectory)])
 
 
-DEMONSTRATIONS = "demonstrations"
-"""The folder of a warm start's ``output_dir`` where its demonstrations are kept (a ``datasets`` dataset)."""
+DEMONSTRATIONS = "_demonstrations"
+"""The folder of a warm start's ``output_dir`` where its demonstrations are kept (a ``datasets`` dataset); its
+leading underscore keeps it out of what is pushed to the Hub, by this library and by ``transformers``."""
 
 
 def resumable_demonstrations(folder: str | Path, settings: dict[str, Any], play: Callable[[], Any], *,
                              resuming: bool, save: bool = True) -> Any:
-    """A warm start's demonstrations, kept in ``folder/demonstrations`` so that a resumed run does not play the
+    """A warm start's demonstrations, kept in ``folder/_demonstrations`` so that a resumed run does not play the
     expert again.
 
     Resuming, the demonstrations an earlier start of the run saved are loaded when they were played with the same
@@ -278,19 +280,32 @@ def resumable_demonstrations(folder: str | Path, settings: dict[str, Any], play:
     folder = Path(folder)
     saved, marker = folder / DEMONSTRATIONS, folder / f"{DEMONSTRATIONS}.json"
     fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
-    same = marker.is_file() and saved.is_dir() and json.loads(marker.read_text()).get("settings") == fingerprint
-    if resuming and same:
-        demonstrations = load_from_disk(str(saved))
-        logger.info("Resuming with the %d demonstration rows saved in %s (the expert does not play again).",
-                    len(demonstrations), saved)
-        return demonstrations
+    if resuming:
+        if saved.is_dir() and _marked(marker) == fingerprint:
+            # in memory: the trainer's map and filter steps would otherwise write cache files into the folder
+            demonstrations = load_from_disk(str(saved), keep_in_memory=True)
+            logger.info("Resuming with the %d demonstration rows saved in %s (the expert does not play again).",
+                        len(demonstrations), saved)
+            return demonstrations
+        logger.warning("No demonstrations played with these settings are saved in %s: the expert plays again.",
+                       folder)
     demonstrations = play()
     if save:
         marker.unlink(missing_ok=True)  # the marker goes last: a save cut short is never taken for a whole one
         shutil.rmtree(saved, ignore_errors=True)
         demonstrations.save_to_disk(str(saved))
-        marker.write_text(json.dumps({"settings": fingerprint, "rows": len(demonstrations)}))
+        written = marker.with_suffix(".json.tmp")
+        written.write_text(json.dumps({"settings": fingerprint, "rows": len(demonstrations)}))
+        os.replace(written, marker)
     return demonstrations
+
+
+def _marked(marker: Path) -> str | None:
+    """The settings fingerprint a demonstrations marker names (None when there is none or it cannot be read)."""
+    try:
+        return json.loads(marker.read_text())["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @dataclass
