@@ -5,6 +5,7 @@ from conftest import CounterEnv, ScriptedGenerator
 
 from trl_starpo.rollout.collector import RolloutCollector
 from trl_starpo.rollout.context import EARLIER_TURNS_NOTE
+from trl_starpo.rollout.metrics import STAT_NAMES, trajectory_stats
 from trl_starpo.rollout.settings import RolloutSettings
 
 THOUGHTS = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
@@ -59,6 +60,8 @@ def test_window_contexts_stay_bounded_where_full_runs_out_of_room(tiny_tokenizer
     windowed, calls, _ = play(tiny_tokenizer, history_turns=1, **limits)
     assert full.truncation == "context" and len(full.turns) < 8
     assert windowed.truncation == "max_turns" and len(windowed.turns) == 8
+    stats = [dict(zip(STAT_NAMES, trajectory_stats(t))) for t in (full, windowed)]
+    assert [(s["truncated"], s["context_truncated"]) for s in stats] == [(1.0, 1.0), (1.0, 0.0)]
     assert max(map(len, calls)) < 300 - 24
     assert max(map(len, calls[2:])) - min(map(len, calls[2:])) <= 2  # flat once the window is full
 

@@ -60,6 +60,8 @@ def held_out(model, tokenizer, environment: str, column: Column, scale: Scale, s
     return {"split": column.held_out, "episodes": result.episodes, "successes": successes,
             "success": successes / result.episodes, "wilson95": list(wilson(successes, result.episodes)),
             "return": result.stats["return"], "format_error_rate": result.stats["format_error_rate"],
+            "turns": result.stats["turns"],
+            "context_truncated": sum(t.truncation == "context" for t in result.trajectories),
             "precision": BF16_AUTOCAST if scale.bf16 else FP32,
             "temperature": None if model is None else eval_temperature(column, scale),
             "outcomes": outcomes, "tasks_sha256": tasks_digest(tasks)}

@@ -193,9 +193,9 @@ def load_checkpoint(start: Path, checkpoint: Path):
 
 TRAINING_SERIES = (
     "frac_reward_zero_std", "rollout/group_return_std", "rollout/action_validity", "rollout/format_error_rate",
-    "rollout/turns", "grad_norm", "kl", "entropy", "filter/mean_weight", "gigpo/grouped_turn_fraction",
-    "gigpo/step_group_size", "critic/thinking_scale", "critic/scale_on_credit", "critic/scale_on_blame",
-    "critic/advantage_shift",
+    "rollout/turns", "rollout/truncated", "rollout/context_truncated", "grad_norm", "kl", "entropy",
+    "filter/mean_weight", "gigpo/grouped_turn_fraction", "gigpo/step_group_size", "critic/thinking_scale",
+    "critic/scale_on_credit", "critic/scale_on_blame", "critic/advantage_shift",
 )
 # where an update's wall time went (trl_starpo/timing.py): seconds per update
 TIME_SERIES = ("time/generation", "time/environment", "time/scoring", "time/loss_forward", "time/backward",

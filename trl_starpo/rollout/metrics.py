@@ -21,6 +21,7 @@ STAT_NAMES = (
     "env_error",
     "env_timeout",
     "truncated",
+    "context_truncated",
 )
 
 
@@ -30,7 +31,8 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
     ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (NaN when
     none was sent: averages over trajectories leave it out, see ``mean_stats``); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory;
     ``env_error`` and ``env_timeout`` are 1 when the environment failed the trajectory (raised or broke the protocol;
-    took longer than ``env_timeout``).
+    took longer than ``env_timeout``); ``truncated`` is 1 when the episode was cut short for any reason and
+    ``context_truncated`` when the cause was ``max_context_length``.
     """
     turns = trajectory.turns
     actions = sum(len(turn.actions) for turn in turns)
@@ -54,6 +56,7 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
         float(trajectory.truncation == "env_error"),
         float(trajectory.truncation == "env_timeout"),
         float(trajectory.truncation is not None),
+        float(trajectory.truncation == "context"),
     ]
 
 
