@@ -103,7 +103,7 @@ EXAMPLES = (
     Example("deepspeed-8-gpus", "docs/quickstart.md",
             command="accelerate launch --config_file recipes/accelerate_configs/deepspeed_zero3.yaml "
                     "--num_processes 8 recipes/alfworld.py --config recipes/configs/alfworld.yaml "
-                    "--model_name_or_path Qwen/Qwen2.5-7B-Instruct",
+                    "--model_name_or_path Qwen/Qwen2.5-7B-Instruct --warm_start ''",
             needs="needs 8 GPUs and DeepSpeed"),
     Example("byo-openenv", "docs/byo_environment.md", block="docs/byo_environment.md#openenv",
             needs="needs the OpenEnv server of the page running (tests/test_byo_docs.py starts one)"),

@@ -44,6 +44,12 @@ def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_m
     (other / "adapter_model.safetensors").write_bytes((adapter_dir / "adapter_model.safetensors").read_bytes())
     with pytest.raises(ValueError, match="not a plain LoRA adapter"):
         merged_warm_start(tiny_model_dir, str(other))
+    wider = tmp_path / "wider"  # another model: the adapter does not fit it, and the error says what to pass
+    config = AutoModelForCausalLM.from_pretrained(tiny_model_dir).config
+    config.hidden_size, config.intermediate_size = 48, 96
+    AutoModelForCausalLM.from_config(config).save_pretrained(wider)
+    with pytest.raises(ValueError, match="does not fit .*--warm_start ''"):
+        merged_warm_start(str(wider), str(adapter_dir))
 
 
 def test_a_recipe_from_a_warm_start_reports_untrained_warm_start_and_trained(
