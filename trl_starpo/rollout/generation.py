@@ -28,6 +28,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from .attention import decode_attention
+
 
 class GenerationBackend(Protocol):
     def reset(self) -> None: ...
@@ -101,6 +103,8 @@ class CachedTransformersGenerator:
     applied. A row stops at an end-of-turn token, once its new tokens contain one of ``stop_strings``, or after
     ``max_new_tokens``; a row that stopped is fed masked-out padding until the whole batch is done, and that padding
     is never returned: each row's response is exactly the tokens sampled for it, up to and including its stop.
+    A model that attends with ``sdpa`` decodes its one-token steps with ``rollout.attention.grouped_decode_attention``
+    (float32 matmuls on a CPU in bf16 or fp16, where torch's kernel is slow; SDPA itself everywhere else).
 
     Padding inside the sequence shifts cache slots against positions, so models with sliding-window attention
     (which windows over slots) are only exact while no padding falls inside a window; full-attention models are exact.
@@ -165,7 +169,8 @@ class CachedTransformersGenerator:
             suffixes = [contexts[key] for key in contexts]
         self._keys = list(contexts)
         try:
-            new_tokens, logprobs = self._decode(suffixes, max_new_tokens)
+            with decode_attention(self.model):
+                new_tokens, logprobs = self._decode(suffixes, max_new_tokens)
         except BaseException:
             self.reset()  # the cache may hold tokens that were never recorded
             raise
