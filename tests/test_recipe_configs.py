@@ -37,11 +37,15 @@ def test_config_parses(config):
         assert args.max_context_length > args.max_tokens_per_turn
         if recipe.warm_start is None:  # from scratch the 135M model's thinking turns rarely end well-formed
             assert not args.enable_thinking
+        # an episode's full-vocabulary logits are the update's largest tensors: batches of four took a 2-step run to
+        # 13-19 GB; a CPU config trains one episode at a time and accumulates
+        assert args.per_device_train_batch_size == 1
     assert recipe.eval_episodes >= 0 and model.model_name_or_path
     assert config.stem.removesuffix("_sft") in trl_starpo.list_environments()
 
 
-def test_alfworld_cpu_default_starts_from_the_shipped_warm_start_with_its_prompt_and_format():
+@pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
+def test_a_warm_started_config_plays_with_its_warm_starts_prompt_and_format(environment):
     import json
 
     from trl import ModelConfig, TrlParser
@@ -49,20 +53,22 @@ def test_alfworld_cpu_default_starts_from_the_shipped_warm_start_with_its_prompt
     from trl_starpo.recipes import EvaluationArguments, parse_arguments
     from trl_starpo.sft import ExpertSFTConfig
 
-    recipe, rl, model = parse_arguments(["--config", str(ROOT / "recipes/configs/alfworld.yaml")])
+    recipe, rl, model = parse_arguments(["--config", str(ROOT / f"recipes/configs/{environment}.yaml")])
     _, sft, sft_model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
-        args=["--config", str(ROOT / "recipes/configs/alfworld_sft.yaml")]
+        args=["--config", str(ROOT / f"recipes/configs/{environment}_sft.yaml")]
     )
-    assert rl.preset == "starpo-s" and rl.enable_thinking and rl.thinking_critic is True
     shared = ("max_turns", "max_actions_per_turn", "max_actions_per_trajectory", "max_tokens_per_turn",
               "max_context_length", "enable_thinking", "prefill_opening_tag", "action_separator", "format_penalty")
     assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
     assert rl.environment_kwargs.get("show_admissible", False) == sft.environment_kwargs.get("show_admissible", False)
+    assert recipe.warm_start == f"recipes/warm_starts/{environment}"
     adapter = ROOT / recipe.warm_start
     shipped = json.loads((adapter / "adapter_config.json").read_text())
     assert shipped["base_model_name_or_path"] == model.model_name_or_path == sft_model.model_name_or_path
     assert shipped["r"] == sft_model.lora_r and (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
-    assert recipe.eval_splits == ["valid_unseen"]  # make train reports held-out games only
+    if environment == "alfworld":
+        assert rl.preset == "starpo-s" and rl.enable_thinking and rl.thinking_critic is True
+        assert recipe.eval_splits == ["valid_unseen"]  # make train reports held-out games only
 
 
 def parse_dpo(config):
