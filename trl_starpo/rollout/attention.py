@@ -50,7 +50,7 @@ def grouped_decode_attention(module, query, key, value, attention_mask, dropout=
             mask = attention_mask[..., :kv_length]  # (batch, 1, 1, kv_length): the same for every head
             scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         output = scores.softmax(dim=-1) @ value.float()
-    return output.reshape(batch, 1, heads, head_dim).to(dtype), None
+    return output.reshape(batch, 1, heads, value.shape[-1]).to(dtype), None  # values may be narrower than keys
 
 
 def _half_precision(query: torch.Tensor) -> torch.dtype | None:

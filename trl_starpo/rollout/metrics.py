@@ -29,7 +29,8 @@ def trajectory_stats(trajectory: Trajectory) -> list[float]:
     """The statistics of one trajectory, in the order of ``STAT_NAMES``.
 
     ``action_validity`` and ``action_effectiveness`` are fractions of the actions sent to the environment (NaN when
-    none was sent: averages over trajectories leave it out, see ``mean_stats``); ``format_error_rate`` is the fraction of malformed turns; token counts are per trajectory;
+    none was sent: averages over trajectories leave it out, see ``mean_stats``); ``format_error_rate`` is the
+    fraction of malformed turns; token counts are per trajectory;
     ``env_error`` and ``env_timeout`` are 1 when the environment failed the trajectory (raised or broke the protocol;
     took longer than ``env_timeout``); ``truncated`` is 1 when the episode was cut short for any reason and
     ``context_truncated`` when the cause was ``max_context_length``.
