@@ -66,6 +66,35 @@ def test_window_contexts_stay_bounded_where_full_runs_out_of_room(tiny_tokenizer
     assert max(map(len, calls[2:])) - min(map(len, calls[2:])) <= 2  # flat once the window is full
 
 
+@pytest.mark.parametrize("policy", ["full", "window"])
+def test_no_turn_is_played_with_less_than_its_token_budget(tiny_tokenizer, policy):
+    # the third turn's context leaves it one token short of max_tokens_per_turn: the episode ends before it, rather
+    # than play a turn cut short by the context and penalize it as malformed
+    budget, window = 24, {"history_turns": 4, "history_thinking": True} if policy == "window" else {}
+    _, calls, _ = play(tiny_tokenizer, turns=4, context_policy=policy, max_tokens_per_turn=budget, **window)
+    limit = len(calls[2]) + budget - 1
+    trajectory, played, _ = play(tiny_tokenizer, turns=4, context_policy=policy, max_tokens_per_turn=budget,
+                                 max_context_length=limit, **window)
+    assert played == calls[:2] and trajectory.truncation == "context"
+    assert all(turn.format_error is None for turn in trajectory.turns)
+    assert len(trajectory.token_ids) == trajectory.turns[-1].response_end  # no observation that no turn answers
+    longer, _, _ = play(tiny_tokenizer, turns=4, context_policy=policy, max_tokens_per_turn=budget,
+                        max_context_length=limit + 1, **window)
+    assert len(longer.turns) == 3
+
+
+def test_a_turn_whose_thinking_never_closed_shows_nothing_of_it_later(tiny_tokenizer):
+    collector = RolloutCollector(tiny_tokenizer, max_turns=3, max_actions_per_turn=1, context_policy="window",
+                                 history_turns=2)
+    responses = ["an unfinished thought about the counter", *RESPONSES[1:3]]
+    generator = ScriptedGenerator(tiny_tokenizer, {0: responses})
+    (trajectory,) = collector.collect([CounterEnv()], [{"task_id": "t0", "start": 0, "target": 99}], generator)
+    assert trajectory.turns[0].format_error is not None and len(trajectory.turns) == 3
+    later = [tiny_tokenizer.decode(call[0]) for call in generator.calls[1:]]
+    assert all("unfinished thought" not in context for context in later)
+    assert "<answer>inc</answer>" in later[1]  # the second turn's answer is shown as usual
+
+
 @pytest.mark.parametrize("bad", [{"context_policy": "sliding"}, {"history_turns": 0}])
 def test_settings_refuse_a_window_that_cannot_work(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):

@@ -826,6 +826,14 @@ def test_long_episodes_under_a_window_are_a_setting_of_their_own(learning, monke
     assert command == ("--max-turns", "50", "--context-policy", "window", "--history-turns", "3")
     with pytest.raises(SystemExit):  # never into the main table's records
         learning.cli.main(["--env", "alfworld", "--method", "sft", "--context-policy", "window"])
+    # a window's contexts stay short: it keeps the column's context limit, where `full` grows it with the horizon
+    assert rollout["max_context_length"] == learning.protocol.COLUMNS["alfworld"].rollout["max_context_length"] == 2048
+    learning.cli.main(["--env", "alfworld", "--method", "sft", "--max-turns", "50", "--context-policy", "full",
+                       "--records", str(tmp_path / "full")])
+    assert (chosen[-1].rollout["max_turns"], chosen[-1].rollout["max_context_length"]) == (50, 10240)
+    assert "context_policy" not in chosen[-1].rollout
+    short = learning.cli.with_horizon(learning.protocol.COLUMNS["alfworld"], 6, "full", 2)
+    assert short.rollout["max_context_length"] == 2048  # a shorter horizon keeps the column's limit
 
 
 def test_the_thinking_ablations_are_settings_of_their_own(learning, monkeypatch, tmp_path):

@@ -1,5 +1,7 @@
 """StarPO-S presets, and each stabilization mechanism wired into StarPOTrainer."""
 
+import math
+
 import pytest
 import torch
 from conftest import CounterEnv
@@ -85,6 +87,28 @@ def test_filtered_trajectories_keep_their_rows_but_train_nothing(tmp_path, tiny_
     assert torch.all(inputs["advantages"][:2] == 0)
     assert inputs["num_items_in_batch"] == inputs["tool_mask"][2:].sum()
     assert trainer._metrics["train"]["filter/kept_fraction"] == [0.5]
+
+
+def test_a_micro_batch_of_filtered_rows_leaves_the_token_means_out_of_the_log(tmp_path, tiny_model_dir):
+    args = make_args(tmp_path, trajectory_filter="variance", filter_keep_fraction=0.5, num_generations=2, beta=0.1)
+    trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(2))
+    scripted(trainer, {0: [GOOD, GOOD], 1: [GOOD, GOOD], 2: [GOOD, GOOD], 3: [BAD, BAD, BAD]})
+    inputs = scored(trainer)  # the first group is filtered out: its two rows train nothing
+
+    def rows(kept):
+        return {name: value[kept] if torch.is_tensor(value) and value.dim() and value.size(0) == 4 else value
+                for name, value in inputs.items()}
+
+    trainer._metrics["train"].clear()
+    trainer.current_gradient_accumulation_steps = 1  # set by train()
+    for kept in (slice(0, 2), slice(2, 4)):
+        trainer.compute_loss(trainer.model, rows(kept))
+    # TRL logs 0 for the empty micro-batch; it is NaN, which TRL's log leaves out of the step's mean
+    for name in ("entropy", "kl", "clip_ratio/region_mean"):
+        empty, trained = trainer._metrics["train"][name]
+        assert math.isnan(empty) and not math.isnan(trained), name
+    assert trainer._metrics["train"]["entropy"][1] > 0
+    assert "cispo_clip_ratio" not in trainer._metrics["train"]  # no entry made for what TRL did not log
 
 
 @pytest.mark.parametrize("estimator", ["gae", "turn_gae"])

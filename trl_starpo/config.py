@@ -231,7 +231,8 @@ class StarPOConfig(GRPOConfig):
         default=2048,
         metadata={
             "help": "Tokens per trajectory, prompt included (under context_policy='window', per turn: its context and "
-            "response); a trajectory that reaches it is truncated."
+            "response); a trajectory ends (truncation='context') before a turn that would not have max_tokens_per_turn "
+            "tokens of room left, rather than play it cut short."
         },
     )
     enable_thinking: bool = field(

@@ -68,6 +68,10 @@ from .trajectory import Trajectory
 
 logger = get_logger(__name__)
 
+# the metrics GRPOTrainer logs as a mean over a micro-batch's trained tokens
+TOKEN_MEAN_METRICS = ("kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                      "cispo_clip_ratio", "vespo/phi_seq_mean")
+
 
 def _environment_factory(environment, kwargs: dict | None) -> Callable[[], Environment]:
     if isinstance(environment, str):
@@ -605,12 +609,15 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
         if "chunk_share" in inputs:  # a chunk of turn rows: TRL's per-token means count with its share of the tokens
             factor = inputs["token_share"] / inputs["chunk_share"] if inputs["chunk_share"] else 0.0
             self.entropy_coef, self.router_aux_loss_coef = (coefficient * factor for coefficient in coefficients)
+        mode = "train" if self.model.training else "eval"
+        logged = {name: len(self._metrics[mode].get(name, ())) for name in TOKEN_MEAN_METRICS}
         try:
             with self._scoring(inputs["completion_mask"] * inputs["tool_mask"]):
                 loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_loss_logps = False
             self.entropy_coef, self.router_aux_loss_coef = coefficients
+        self._drop_token_means_of_an_empty_batch(inputs, mode, logged)
         if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
             loss = loss * inputs["kept_rows_scale"]
         if "chunk_share" in inputs:
@@ -623,6 +630,18 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self._metrics["train"]["kl_early_stop/sampling_kl"].append(kl)
             self.kl_early_stopping.observe(kl)
         return loss
+
+    def _drop_token_means_of_an_empty_batch(self, inputs, mode: str, logged: dict[str, int]) -> None:
+        """TRL logs its per-token means (KL, entropy, clip ratios) as 0 for a micro-batch with no trained token (rows
+        the trajectory filter dropped, a chunk of padding turn rows); they are made NaN, which its log leaves out, so
+        that such a batch does not pull the logged means (and the entropy-collapse detector) towards 0."""
+        tokens = (inputs["completion_mask"] * inputs["tool_mask"]).sum().float()
+        if self.accelerator.reduce(tokens, reduction="sum").item() > 0:
+            return
+        for name, count in logged.items():
+            values = self._metrics[mode].get(name, [])
+            if len(values) > count:
+                values[-1] = float("nan")
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         start, self._inputs_seconds, self._loss_seconds = time.perf_counter(), 0.0, 0.0

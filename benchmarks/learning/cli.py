@@ -64,8 +64,9 @@ def main(argv: list[str] | None = None) -> None:
                              "policy's worst. Records of another pairing belong in their own --records folder.")
     parser.add_argument("--max-turns", type=int,
                         help="Turns an episode may take (and the actions those turns allow; default: the column's), "
-                             "for long episodes, e.g. ALFWorld's 50. Records of another horizon belong in their own --records "
-                             "folder.")
+                             "for long episodes, e.g. ALFWorld's 50. Under the full context policy a longer horizon "
+                             "scales the column's max_context_length with it. Records of another horizon belong in "
+                             "their own --records folder.")
     parser.add_argument("--context-policy", choices=["full", "window"],
                         help="What each turn is given (StarPOConfig.context_policy; default: the column's, full); the "
                              "warm start follows it. Records of another policy belong in their own --records folder.")
@@ -258,9 +259,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def with_horizon(column, max_turns: int | None, context_policy: str | None, history_turns: int):
-    """``column`` with episodes of ``max_turns`` turns (and as many actions) and the given context policy."""
+    """``column`` with episodes of ``max_turns`` turns (and as many actions) and the given context policy.
+
+    Under ``full`` the context limit grows with the horizon, so that a long episode is cut by its turns, as under
+    ``window``, and not by the column's context limit.
+    """
     rollout = dict(column.rollout)
     if max_turns:
+        if context_policy != "window" and max_turns > rollout["max_turns"]:
+            rollout["max_context_length"] = -(-rollout["max_context_length"] * max_turns // rollout["max_turns"])
         rollout.update(max_turns=max_turns, max_actions_per_trajectory=max_turns * rollout["max_actions_per_turn"])
     if context_policy == "window":
         rollout.update(context_policy="window", history_turns=history_turns)

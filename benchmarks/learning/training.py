@@ -54,8 +54,8 @@ def warm_start(environment: str, column: Column, scale: Scale, model: str, workd
             "--lora_r", str(scale.lora_r), "--lora_alpha", str(2 * scale.lora_r),
             "--lora_target_modules", *LORA_TARGETS,
             "--expert_episodes", str(column.sft_episodes), "--num_train_epochs", str(column.sft_epochs),
-            # 4 episodes a step, one at a time: the same update (TRL averages over the step's tokens) at a third of
-            # the memory, as recipes/configs/alfworld_sft.yaml
+            # 4 rows a step, one at a time: the same update (TRL averages over the step's tokens) at a third of the
+            # memory, as recipes/configs/alfworld_sft.yaml; a row is an episode, or under `window` one turn
             "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "4",
             "--learning_rate", str(scale.sft_learning_rate),
             "--lr_scheduler_type", schedule["lr_scheduler_type"], "--warmup_steps", str(schedule["warmup_steps"]),

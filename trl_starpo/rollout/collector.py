@@ -243,25 +243,24 @@ class RolloutCollector:
         timing["environment"] += time.perf_counter() - start
 
         for _ in range(self.max_turns):
-            contexts, budget = {}, {}
+            contexts = {}
             for i, trajectory in enumerate(trajectories):
                 if trajectory.done:
                     continue
                 context = windows[i].context() if self.windowed else trajectory.token_ids
-                room = self.max_context_length - len(context)
-                if room <= 0:
+                # a turn squeezed below its token budget would end malformed and be penalized for the context
+                if self.max_context_length - len(context) < self.max_tokens_per_turn:
                     trajectory.truncation = "context"
                     continue
                 contexts[i] = context
-                budget[i] = min(self.max_tokens_per_turn, room)
             if not contexts:
                 break
             start = time.perf_counter()
-            responses = generator.generate(contexts, max(budget.values()))
+            responses = generator.generate(contexts, self.max_tokens_per_turn)
             timing["generation"] += time.perf_counter() - start
             logprobs = getattr(generator, "last_logprobs", None) or {}
             played = {
-                i: self._record_response(trajectories[i], ids[: budget[i]], last_observation[i], logprobs.get(i),
+                i: self._record_response(trajectories[i], ids[: self.max_tokens_per_turn], last_observation[i], logprobs.get(i),
                                          contexts[i] if self.windowed else None)
                 for i, ids in responses.items()
             }
@@ -406,10 +405,10 @@ class RolloutCollector:
         opening = self.glue.to_response + self.response_prefix_ids
         if window is not None:
             piece = self._shown_response(trajectory, glue) + observation_ids + self.glue.to_response
-            too_long = window.next_length(piece) >= self.max_context_length
+            too_long = window.next_length(piece) + self.max_tokens_per_turn > self.max_context_length
         else:
             chunk = len(glue) + len(observation_ids) + len(opening)
-            too_long = len(trajectory.token_ids) + chunk >= self.max_context_length
+            too_long = len(trajectory.token_ids) + chunk + self.max_tokens_per_turn > self.max_context_length
         if too_long:
             trajectory.truncation = "context"
             return False
@@ -422,9 +421,14 @@ class RolloutCollector:
 
     def _shown_response(self, trajectory: Trajectory, glue: list[int]) -> list[int]:
         """The last turn as later ``window`` contexts show it, with the glue that closes it: the tokens sampled
-        (after the prefilled opening tag), or without ``history_thinking`` only its answer, tokenized again."""
+        (after the prefilled opening tag), or without ``history_thinking`` only its answer, tokenized again (none
+        when its thinking never closed)."""
         turn = trajectory.turns[-1]
-        cut = thinking_end(turn.response) if self.enable_thinking and not self.history_thinking else 0
+        cut = 0
+        if self.enable_thinking and not self.history_thinking:
+            cut = thinking_end(turn.response)
+            if not cut and turn.response.lstrip().startswith(THINK_OPEN):
+                cut = len(turn.response)
         if not cut:
             sampled = trajectory.token_ids[turn.response_start : turn.response_end]
             return self.response_prefix_ids + sampled + glue
