@@ -90,10 +90,13 @@ def test_filtered_trajectories_keep_their_rows_but_train_nothing(tmp_path, tiny_
 
 
 def test_a_micro_batch_of_filtered_rows_leaves_the_token_means_out_of_the_log(tmp_path, tiny_model_dir):
-    args = make_args(tmp_path, trajectory_filter="variance", filter_keep_fraction=0.5, num_generations=2, beta=0.1)
+    args = make_args(tmp_path, trajectory_filter="variance", filter_keep_fraction=0.5, num_generations=2, beta=0.1,
+                     kl_early_stop=10.0)
     trainer = StarPOTrainer(tiny_model_dir, environment=CounterEnv, args=args, train_dataset=counter_tasks(2))
     scripted(trainer, {0: [GOOD, GOOD], 1: [GOOD, GOOD], 2: [GOOD, GOOD], 3: [BAD, BAD, BAD]})
     inputs = scored(trainer)  # the first group is filtered out: its two rows train nothing
+
+    inputs["old_per_token_logps"] = torch.zeros(inputs["completion_ids"].shape)  # as when updates are off-policy
 
     def rows(kept):
         return {name: value[kept] if torch.is_tensor(value) and value.dim() and value.size(0) == 4 else value
@@ -108,6 +111,7 @@ def test_a_micro_batch_of_filtered_rows_leaves_the_token_means_out_of_the_log(tm
         empty, trained = trainer._metrics["train"][name]
         assert math.isnan(empty) and not math.isnan(trained), name
     assert trainer._metrics["train"]["entropy"][1] > 0
+    assert len(trainer._metrics["train"]["kl_early_stop/sampling_kl"]) == 1  # the trained micro-batch's only
     assert "cispo_clip_ratio" not in trainer._metrics["train"]  # no entry made for what TRL did not log
 
 

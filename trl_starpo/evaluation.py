@@ -109,7 +109,8 @@ class ModelPolicy:
         return trajectories
 
     def _check_context(self, trajectories: Sequence[Trajectory]) -> None:
-        """Refuse a ``max_context_length`` that leaves no room for a response after any episode's prompt."""
+        """Refuse a ``max_context_length`` that leaves no episode's prompt room for a response of
+        ``max_tokens_per_turn`` tokens."""
         unplayed = [t for t in trajectories if t.truncation == "context" and not t.turns]
         if trajectories and len(unplayed) == len(trajectories):
             shortest = min(len(t.token_ids) for t in unplayed)

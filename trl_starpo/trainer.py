@@ -611,19 +611,22 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self.entropy_coef, self.router_aux_loss_coef = (coefficient * factor for coefficient in coefficients)
         mode = "train" if self.model.training else "eval"
         logged = {name: len(self._metrics[mode].get(name, ())) for name in TOKEN_MEAN_METRICS}
+        mask = inputs["completion_mask"] * inputs["tool_mask"]
         try:
-            with self._scoring(inputs["completion_mask"] * inputs["tool_mask"]):
+            with self._scoring(mask):
                 loss = super()._compute_loss(model, inputs)
         finally:
             self._capture_loss_logps = False
             self.entropy_coef, self.router_aux_loss_coef = coefficients
-        self._drop_token_means_of_an_empty_batch(inputs, mode, logged)
+        trains_a_token = self.accelerator.reduce(mask.sum().float(), reduction="sum").item() > 0
+        if not trains_a_token:
+            self._drop_token_means(mode, logged)
         if self.loss_type in ("grpo", "dr_grpo") and "kept_rows_scale" in inputs:
             loss = loss * inputs["kept_rows_scale"]
         if "chunk_share" in inputs:
             loss = loss * inputs["chunk_share"]
-        if self.model.training and "old_per_token_logps" in inputs and self.kl_early_stopping.target > 0:
-            mask = inputs["completion_mask"] * inputs["tool_mask"]
+        watches_sampling_kl = "old_per_token_logps" in inputs and self.kl_early_stopping.target > 0
+        if self.model.training and watches_sampling_kl and trains_a_token:
             kl = sampling_kl(
                 self._loss_logps, inputs["old_per_token_logps"], mask, lambda t: self.accelerator.reduce(t, "sum")
             )
@@ -631,13 +634,11 @@ class StarPOTrainer(StarPOHubMixin, GRPOTrainer):
             self.kl_early_stopping.observe(kl)
         return loss
 
-    def _drop_token_means_of_an_empty_batch(self, inputs, mode: str, logged: dict[str, int]) -> None:
+    def _drop_token_means(self, mode: str, logged: dict[str, int]) -> None:
         """TRL logs its per-token means (KL, entropy, clip ratios) as 0 for a micro-batch with no trained token (rows
         the trajectory filter dropped, a chunk of padding turn rows); they are made NaN, which its log leaves out, so
-        that such a batch does not pull the logged means (and the entropy-collapse detector) towards 0."""
-        tokens = (inputs["completion_mask"] * inputs["tool_mask"]).sum().float()
-        if self.accelerator.reduce(tokens, reduction="sum").item() > 0:
-            return
+        that such a batch does not pull the logged means (and the entropy-collapse detector) towards 0. ``logged``:
+        how many values each metric had before the micro-batch."""
         for name, count in logged.items():
             values = self._metrics[mode].get(name, [])
             if len(values) > count:

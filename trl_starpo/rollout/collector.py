@@ -260,8 +260,8 @@ class RolloutCollector:
             timing["generation"] += time.perf_counter() - start
             logprobs = getattr(generator, "last_logprobs", None) or {}
             played = {
-                i: self._record_response(trajectories[i], ids[: self.max_tokens_per_turn], last_observation[i], logprobs.get(i),
-                                         contexts[i] if self.windowed else None)
+                i: self._record_response(trajectories[i], ids[: self.max_tokens_per_turn], last_observation[i],
+                                         logprobs.get(i), contexts[i] if self.windowed else None)
                 for i, ids in responses.items()
             }
             steps = {
