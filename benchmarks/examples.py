@@ -83,6 +83,17 @@ EXAMPLES = (
             command="accelerate launch recipes/alfworld.py --config recipes/configs/alfworld.yaml "
                     "--warm_start outputs/alfworld-sft/adapter",
             needs="needs the adapter alfworld-sft writes (make-train runs the same job from the shipped one)"),
+    Example("alfworld-50-sft", "docs/concepts.md",
+            command="accelerate launch recipes/alfworld_sft.py --config recipes/configs/alfworld_sft.yaml "
+                    "--max_turns 50 --max_actions_per_trajectory 50 --context_policy window --history_turns 2 "
+                    "--output_dir outputs/sft-window",
+            needs="takes hours (300 expert episodes, a training row per turn); the learning benchmark's "
+                  "ablations/alfworld-50-window/ runs it"),
+    Example("alfworld-50-rl", "docs/concepts.md",
+            command="accelerate launch recipes/alfworld.py --config recipes/configs/alfworld.yaml --max_turns 50 "
+                    "--max_actions_per_trajectory 50 --context_policy window --history_turns 2 "
+                    "--warm_start outputs/sft-window/adapter",
+            needs="needs the adapter alfworld-50-sft writes"),
     Example("dpo-from-store", "docs/algorithms.md",
             command="accelerate launch --num_processes 1 recipes/dpo.py --config recipes/configs/dpo.yaml "
                     "--trajectories outputs/alfworld-starpo/trajectories",
