@@ -149,11 +149,36 @@ def test_falls_back_to_a_full_prefill_when_a_context_does_not_extend_the_cache(t
     rewritten = {0: extended[0], 1: extended[1][:2] + [extended[1][2] % 300 + 3] + extended[1][3:]}
     new_key = {0: extended[0], 2: random_tokens(rng, tiny_tokenizer, 6)}
 
-    for contexts in (rewritten, new_key):
-        recorder.calls.clear()
-        got = cached.generate(contexts, 5)
-        assert recorder.calls[0][0].shape[1] == max(len(c) for c in contexts.values())  # a full prefill
-        assert got == plain.generate(contexts, 5)
+    recorder.calls.clear()
+    assert cached.generate(new_key, 5) == plain.generate(new_key, 5)
+    assert recorder.calls[0][0].shape[1] == max(len(c) for c in new_key.values())  # a full prefill
+    cached.reset()
+    cached.generate(contexts, 5)
+    recorder.calls.clear()
+    rewritten[1] = [rewritten[1][0] % 300 + 3] + rewritten[1][1:]  # shares nothing with its row
+    assert cached.generate(rewritten, 5) == plain.generate(rewritten, 5)
+    assert recorder.calls[0][0].shape[1] == max(len(c) for c in rewritten.values())
+
+
+def test_a_window_keeps_the_cached_prefix_it_shares_and_feeds_the_rest(tiny_model, tiny_tokenizer):
+    # as under context_policy="window": every context starts with the same system prompt and task, and once turns are
+    # dropped a context no longer extends its row; the shared start is kept, the rest fed, the result unchanged
+    recorder = RecordingModel(tiny_model)
+    plain, cached = generators(recorder, tiny_tokenizer)
+    rng = torch.Generator().manual_seed(4)
+    task = random_tokens(rng, tiny_tokenizer, 12)
+    turns = [random_tokens(rng, tiny_tokenizer, 5) for _ in range(4)]
+    contexts = {0: task + turns[0], 1: task + turns[1] + turns[2]}
+    responses = cached.generate(contexts, 4)
+    assert responses == plain.generate(contexts, 4)
+    windows = {0: task + turns[0] + responses[0] + turns[3], 1: task + turns[2] + turns[3]}  # row 1 dropped a turn
+    recorder.calls.clear()
+    assert cached.generate(windows, 4) == plain.generate(windows, 4)
+    # the cache keeps its first 12 slots, row 1's task; row 0, left-padded by 5 slots, holds 7 of its tokens there
+    assert recorder.calls[0][0].shape[1] == max(len(windows[0]) - 7, len(windows[1]) - 12)
+    # a context equal to what its row holds is fed its last token again, for the logits that start the turn
+    held = {key: windows[key] + tokens for key, tokens in cached.generate(windows, 3).items()}
+    assert cached.generate(held, 3) == plain.generate(held, 3)
 
 
 def test_sampling_is_reproducible_with_a_seed_and_respects_the_budget(tiny_model, tiny_tokenizer):

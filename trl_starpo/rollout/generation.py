@@ -95,8 +95,11 @@ class CachedTransformersGenerator:
     suffixes differ in length, so they go in as one right-aligned chunk whose padding sits inside the sequence,
     masked out by the 2-D attention mask, with position ids that count only attended tokens; each row thus sees
     exactly the sequence a fresh forward pass over its context would. Rows missing from a call are dropped from the
-    cache. A context that does not extend its cached row, or a key the cache has not seen, makes the whole batch
-    re-prefill from scratch, so the result never depends on the cache being reusable.
+    cache. A context that departs from its cached row (under ``context_policy="window"``, once earlier turns are
+    dropped) keeps the part it shares with it, the system prompt and the task: the cache is cut back to the shortest
+    such part over the rows and each row is fed the rest. A key the cache has not seen, or a context that shares
+    nothing, makes the whole batch re-prefill from scratch, so the result never depends on the cache being
+    reusable.
 
     Decoding is a token-by-token loop honouring ``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``min_p``,
     ``repetition_penalty`` and ``min_new_tokens`` of the generation config; other logits processors are not
@@ -180,23 +183,32 @@ class CachedTransformersGenerator:
     def _reuse_cache(self, contexts: dict[int, list[int]]) -> list[list[int]] | None:
         """Keep the cache rows of ``contexts``, in their order, and return what each context adds to its row.
 
-        Returns ``None``, leaving the cache untouched, when some context is not a strict extension of a cached row.
+        A context that extends its row keeps the whole row. One that departs from it (a ``window`` context once
+        earlier turns are dropped) keeps what it shares with the row, its system prompt and task, say: the cache is
+        cut back, for every row, to the first slot after the shortest shared part, and each row is fed the rest of its
+        context. Returns ``None``, leaving the cache untouched, when nothing can be kept (a key the cache has not
+        seen, a context sharing nothing, a cache layer that cannot be cut back).
         """
         if self._cache is None or any(key not in self._keys for key in contexts):
             return None
         rows = [self._keys.index(key) for key in contexts]
-        suffixes = []
+        keep = self._ids.shape[1]  # slots every row keeps
         for row, key in zip(rows, contexts):
-            held = self._ids[row][self._mask[row].bool()].tolist()
-            context = contexts[key]
-            if len(context) <= len(held) or context[: len(held)] != held:
-                return None
-            suffixes.append(context[len(held) :])
+            slots = self._mask[row].nonzero().squeeze(1)
+            held, context = self._ids[row, slots].tolist(), contexts[key]
+            # at least the context's last token is fed again: its logits start the turn
+            shared = shared_prefix_length(held, context[:-1])
+            if shared < len(held):
+                keep = min(keep, int(slots[shared - 1]) + 1 if shared else 0)
+        if keep == 0 or (keep < self._ids.shape[1] and not cut_back(self._cache, keep)):
+            return None
         if rows != list(range(len(self._keys))):
             index = torch.tensor(rows, device=self._ids.device)
             self._cache.batch_select_indices(index)
             self._ids, self._mask = self._ids[index], self._mask[index]
-        return suffixes
+        self._ids, self._mask = self._ids[:, :keep], self._mask[:, :keep]
+        kept = self._mask.sum(dim=1).tolist()
+        return [contexts[key][count:] for key, count in zip(contexts, kept)]
 
     def _decode(self, suffixes: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
         """Feed each row its suffix, then sample up to ``max_new_tokens`` tokens per row; returns each row's sampled
@@ -377,6 +389,11 @@ class GrowingLayer(DynamicLayer):
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self.batch_select_indices(beam_idx)
 
+    def keep_first(self, slots: int) -> None:
+        """Drop every slot from ``slots`` on; later tokens are written from there."""
+        if self._key_buffer is not None:
+            self.keys, self.values = self._key_buffer[:, :, :slots], self._value_buffer[:, :, :slots]
+
     def batch_repeat_interleave(self, repeats: int) -> None:
         raise NotImplementedError("GrowingLayer rows are selected or reordered, never repeated.")
 
@@ -386,6 +403,24 @@ class GrowingLayer(DynamicLayer):
     def reset(self) -> None:
         self._key_buffer = self._value_buffer = None
         super().reset()
+
+
+def shared_prefix_length(first: list[int], second: list[int]) -> int:
+    """How many leading tokens the two sequences share."""
+    for index, (a, b) in enumerate(zip(first, second)):
+        if a != b:
+            return index
+    return min(len(first), len(second))
+
+
+def cut_back(cache: DynamicCache, slots: int) -> bool:
+    """Keep the first ``slots`` slots of every layer of a :func:`growing_cache`; ``False``, leaving the cache as it
+    was, when a layer is not a :class:`GrowingLayer` (a sliding window's, say) and so cannot be cut back."""
+    if not all(isinstance(layer, GrowingLayer) for layer in cache.layers):
+        return False
+    for layer in cache.layers:
+        layer.keep_first(slots)
+    return True
 
 
 def growing_cache(config) -> DynamicCache:
