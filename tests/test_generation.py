@@ -176,9 +176,13 @@ def test_a_window_keeps_the_cached_prefix_it_shares_and_feeds_the_rest(tiny_mode
     assert cached.generate(windows, 4) == plain.generate(windows, 4)
     # the cache keeps its first 12 slots, row 1's task; row 0, left-padded by 5 slots, holds 7 of its tokens there
     assert recorder.calls[0][0].shape[1] == max(len(windows[0]) - 7, len(windows[1]) - 12)
-    # a context equal to what its row holds is fed its last token again, for the logits that start the turn
-    held = {key: windows[key] + tokens for key, tokens in cached.generate(windows, 3).items()}
-    assert cached.generate(held, 3) == plain.generate(held, 3)
+    # a context equal to what its row holds, or shorter (a retry), is fed its last token again: its logits start the
+    # turn (the last sampled token is never fed, so `windows` + all but the last is what a row holds)
+    held = {key: windows[key] + tokens[:-1] for key, tokens in cached.generate(windows, 4).items()}
+    for contexts in (held, windows):
+        recorder.calls.clear()
+        assert cached.generate(contexts, 3) == plain.generate(contexts, 3)
+        assert recorder.calls[0][0].shape[1] == 1
 
 
 def test_sampling_is_reproducible_with_a_seed_and_respects_the_budget(tiny_model, tiny_tokenizer):
