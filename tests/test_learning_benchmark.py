@@ -266,6 +266,18 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     assert set(resumed["time_split"]) == set(learning.training.TIME_SERIES)
     assert evaluated_again["time_split"] == resumed["time_split"]
     assert evaluated_again["held_out"] == resumed["held_out"]  # the same precision in and out of the training process
+    # evaluated on more held-out tasks, or on another split, a finished run keeps its checkpoints: nothing is trained
+    with monkeypatch.context() as patched:
+        patched.setattr(StarPOTrainer, "train", lambda *args, **kwargs: pytest.fail("a finished run is trained again"))
+        wider = learning.runs.run_one("gigpo", counter_env, 0, **dict(
+            common, records=tmp_path / "wider", scale=dataclasses.replace(learning.protocol.SMOKE, eval_episodes=3)))
+        validation = learning.runs.run_one("gigpo", counter_env, 0, **dict(
+            common, records=tmp_path / "validation", column=dataclasses.replace(column, held_out="validation")))
+    assert wider["held_out"]["episodes"] == 3 and wider["curve"] == resumed["curve"]
+    assert validation["held_out"]["tasks_sha256"] != resumed["held_out"]["tasks_sha256"]
+    assert validation["curve"] == resumed["curve"] and validation["training_means"] == resumed["training_means"]
+    assert len({resumed["setting"], wider["setting"], validation["setting"]}) == 3  # a record names its evaluation
+    assert [path.name for path in (work / "runs" / counter_env).iterdir()] == [run_dir.name]
 
     for method in learning.protocol.METHODS:
         record = learning.runs.run_one(method, counter_env, 0, **common)
@@ -358,13 +370,34 @@ def test_each_setting_keeps_its_own_run_folder(learning, tmp_path):
     earlier = runs / "starpo-s-seed1"  # made before run folders were named by setting
     earlier.mkdir(parents=True)
     (earlier / "setting.json").write_text(json.dumps({"setting": "abc", "thinking_scale_rule": "multiplicative"}))
-    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, "abc", "multiplicative") == earlier
+    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, ("abc",), "multiplicative") == earlier
     # another budget, rule or ablation gets a folder of its own and leaves the earlier checkpoints alone
-    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, "def", "multiplicative") == (
+    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, ("def",), "multiplicative") == (
         runs / "starpo-s-seed1-def-multiplicative")
-    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, "abc", "relative") == (
+    assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, ("abc",), "relative") == (
         runs / "starpo-s-seed1-abc-relative")
-    assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, "abc", None) == runs / "gigpo-seed0-abc"
+    assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("abc",), None) == runs / "gigpo-seed0-abc"
+    # a folder named by a whole setting (made before the training key) is used while the training key has none
+    assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("train", "whole"), None) == (
+        runs / "gigpo-seed0-train")
+    (runs / "gigpo-seed0-whole").mkdir()
+    assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("train", "whole"), None) == (
+        runs / "gigpo-seed0-whole")
+
+
+def test_only_what_training_reads_names_a_runs_checkpoints(learning):
+    protocol = learning.protocol
+    column, scale = protocol.COLUMNS["alfworld"], protocol.Scale()
+    key = protocol.training_key("alfworld", column, scale, "m")
+    assert key == protocol.setting_key("alfworld", column, scale, "m")  # the column's own evaluation: the same key
+    for evaluated in ((dataclasses.replace(column, held_out="valid_seen"), scale),
+                      (dataclasses.replace(column, eval_temperature=1.0), scale),
+                      (column, dataclasses.replace(scale, eval_episodes=60))):
+        assert protocol.training_key("alfworld", *evaluated, "m") == key
+        assert protocol.setting_key("alfworld", *evaluated, "m") != key
+    for trained in ((dataclasses.replace(column, budget=6144), scale),
+                    (column, dataclasses.replace(scale, learning_rate=1e-3))):
+        assert protocol.training_key("alfworld", *trained, "m") != key
 
 
 def scales_run(learning, monkeypatch) -> list:

@@ -36,14 +36,16 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     every seed plays the same tasks, so a row's 95% interval is a bootstrap over tasks
     (``trl_starpo.statistics.task_bootstrap_interval``) and a lift a paired bootstrap of the difference over tasks
     (``paired_task_bootstrap``); records made before they kept per-task outcomes get per-episode Wilson intervals,
-    marked in the table. With ``--held-out-split validation`` a run is evaluated on the validation split instead. Every row plays in the precision its column trains in (bf16 autocast where ``Scale.bf16``, else
-    fp32); before 2026-12-04 only a preset's model evaluated in the process that trained it did, the SFT, untrained
-    and DPO rows playing in fp32, and the table warns where a column's records mix the two; DPO's rounds, which
-    had played its merged models in fp32, play in the column's precision too (``collection_precision``). Records
-    keep each episode's outcome by task (since 2026-12-04), so that an RL method and the SFT start, which play the
-    same tasks, are also compared episode by episode: with the task as the unit (every seed plays the same tasks),
-    the exact sign test on the tasks whose successes over the seeds rose and fell. Learning curves: success and return
-    of the training rollouts against the turns spent.
+    marked in the table. With ``--held-out-split validation`` a run is evaluated on the validation split instead; a
+    finished run evaluated again on another split or on more tasks keeps its checkpoints and trains nothing
+    (``protocol.training_key``). Every row plays in the precision its column trains in (bf16 autocast where
+    ``Scale.bf16``, else fp32); before 2026-12-04 only a preset's model evaluated in the process that trained it
+    did, the SFT, untrained and DPO rows playing in fp32, and the table warns where a column's records mix the two;
+    DPO's rounds, which had played its merged models in fp32, play in the column's precision too
+    (``collection_precision``). Records keep each episode's outcome by task (since 2026-12-04), so that an RL method
+    and the SFT start, which play the same tasks, are also compared episode by episode: with the task as the unit
+    (every seed plays the same tasks), the exact sign test on the tasks whose successes over the seeds rose and
+    fell. Learning curves: success and return of the training rollouts against the turns spent.
 
 Runs and records
     Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>-<key>/``, one

@@ -175,6 +175,16 @@ def setting_key(environment: str, column: Column, scale: Scale, model: str) -> s
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
+def training_key(environment: str, column: Column, scale: Scale, model: str) -> str:
+    """The part of :func:`setting_key` a run's checkpoints depend on: its setting less how it is evaluated (the
+    held-out split, how many of its tasks, at what temperature), which no training reads. Runs that differ only there
+    share their checkpoints, so a finished run is evaluated again on more tasks, or on `test` after `validation`,
+    without training again."""
+    own = COLUMNS[environment]
+    column = dataclasses.replace(column, held_out=own.held_out, eval_temperature=own.eval_temperature)
+    return setting_key(environment, column, dataclasses.replace(scale, eval_episodes=Scale.eval_episodes), model)
+
+
 def thinks(rollout: dict) -> bool:
     """Whether a column's turns think, and so a thinking critic has something to score (StarPOConfig turns it off)."""
     return bool(rollout.get("enable_thinking", True))  # RolloutSettings' default

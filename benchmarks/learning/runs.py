@@ -17,6 +17,7 @@ from .evaluation import held_out, held_out_tasks, load_model, tasks_digest
 from .protocol import (
     COLUMNS, Column, METHODS, PRESET_METHODS, PROGRESS_FILE, RECORDS, ROOT, Scale, WORKDIR, applied_rule,
     collection_precision, native_bf16, recorded_collection_precision, recorded_rule, setting_key,
+    training_key,
 )
 from .training import (load_checkpoint, shipped_warm_start_name, time_split, train_dpo, train_preset,
                        training_means, warm_start)
@@ -43,6 +44,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         scale = dataclasses.replace(scale, bf16=native_bf16())
     model_name = model or DEFAULT_MODEL
     key, rule = setting_key(environment, column, scale, model_name), applied_rule(method, column, scale)
+    trained_as = training_key(environment, column, scale, model_name)
     path = record_path(records, environment, method, seed)
     point = checkpoint.name if checkpoint else None
     if path.is_file() and not rerun:
@@ -65,15 +67,15 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
             return recorded
     held_out_tasks(environment, column, scale)  # a split that cannot be evaluated fails before any training
     if checkpoint is not None:
-        check_checkpoint(checkpoint, method, key, rule)
+        check_checkpoint(checkpoint, method, (trained_as, key), rule)
     started = time.time()
     torch.manual_seed(seed)
     if checkpoint is None:
-        run_dir = run_directory(workdir, environment, method, seed, key, rule)
+        run_dir = run_directory(workdir, environment, method, seed, (trained_as, key), rule)
         if rerun and run_dir.is_dir():
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "setting.json").write_text(json.dumps(setting_marker(key, rule)))
+        (run_dir / "setting.json").write_text(json.dumps(setting_marker(trained_as, rule)))
 
     curve: list = []
     log_history: list = []
@@ -139,33 +141,38 @@ def setting_marker(key: str, rule: str | None) -> dict:
     return {"setting": key, "thinking_scale_rule": rule}
 
 
-def check_checkpoint(checkpoint: Path, method: str, key: str, rule: str | None) -> None:
-    """Refuse a checkpoint that is not an RL run's of these settings."""
+def check_checkpoint(checkpoint: Path, method: str, keys: tuple[str, ...], rule: str | None) -> None:
+    """Refuse a checkpoint that is not an RL run's of these settings (``keys``: the training key, then the whole
+    setting's, which run folders made before :func:`~.protocol.training_key` name)."""
     if method not in PRESET_METHODS:
         raise ValueError(f"A checkpoint is an RL preset's ({', '.join(PRESET_METHODS)}); {method!r} has none.")
     if not (checkpoint / PROGRESS_FILE).is_file():
         raise ValueError(f"{checkpoint} is not a checkpoint of a learning run: it has no {PROGRESS_FILE}.")
-    check_marker(checkpoint.parent / "setting.json", setting_marker(key, rule),
+    check_marker(checkpoint.parent / "setting.json", [setting_marker(key, rule) for key in keys],
                  f"{checkpoint} was not trained with these settings (give the flags of the run that made it)")
 
 
-def check_marker(marker: Path, expected: dict, refusal: str) -> None:
-    """Refuse, saying ``refusal``, unless the run folder's ``marker`` file holds ``expected``."""
-    if not marker.is_file() or json.loads(marker.read_text()) != expected:
+def check_marker(marker: Path, expected: dict | list[dict], refusal: str) -> None:
+    """Refuse, saying ``refusal``, unless the run folder's ``marker`` file holds ``expected`` (or one of them)."""
+    accepted = expected if isinstance(expected, list) else [expected]
+    if not marker.is_file() or json.loads(marker.read_text()) not in accepted:
         raise ValueError(f"{refusal}: its run folder's {marker.name} ({marker}) is missing or names another.")
 
 
-def run_directory(workdir: Path, environment: str, method: str, seed: int, key: str, rule: str | None) -> Path:
-    """Where a run of these settings keeps its checkpoints: a folder of its own for each setting and rule, so that a
-    run of other settings (another budget, an ablation) leaves the checkpoints of this one to evaluate again. Runs
-    made before folders were named by setting (``<method>-seed<seed>``, their settings in ``setting.json``) keep
-    theirs."""
+def run_directory(workdir: Path, environment: str, method: str, seed: int, keys: tuple[str, ...],
+                  rule: str | None) -> Path:
+    """Where a run of these settings keeps its checkpoints: a folder of its own for each training setting and rule, so
+    that a run of other settings (another budget, an ablation) leaves the checkpoints of this one to evaluate again.
+    ``keys``: the training key (:func:`~.protocol.training_key`), then the whole setting's, which named the folders
+    of runs made before the training key; such a folder is used while it is the only one. Runs made before folders
+    were named by setting (``<method>-seed<seed>``, their settings in ``setting.json``) keep theirs."""
     name = f"{method}-seed{seed}"
-    earlier = workdir / "runs" / environment / name
-    marker = earlier / "setting.json"
-    if marker.is_file() and json.loads(marker.read_text()) == setting_marker(key, rule):
-        return earlier
-    return workdir / "runs" / environment / "-".join([name, key, *([rule] if rule else [])])
+    runs = workdir / "runs" / environment
+    marker = runs / name / "setting.json"
+    if marker.is_file() and json.loads(marker.read_text()) in [setting_marker(key, rule) for key in keys]:
+        return runs / name
+    folders = [runs / "-".join([name, key, *([rule] if rule else [])]) for key in keys]
+    return next((folder for folder in folders if folder.is_dir()), folders[0])
 
 
 def peak_memory() -> dict[str, float]:
