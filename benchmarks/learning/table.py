@@ -153,10 +153,10 @@ def lift_lines(records: list[dict], environments: list[str]) -> list[str]:
             if gain["difference"] >= 0.10 and gain["low"] > 0:
                 note = seeds_note(gain, table[(method, environment)], table[("sft", environment)])
                 lifted.append(f"`{method}` (+{percent(gain['difference'])} points, {interval_note(gain)}{note})")
-        verdict = ", ".join(lifted) if lifted else "no method"
+        verdict = " and ".join(lifted) if lifted else "no method"
         unmatched_note = f" ({', '.join(unmatched)}: no seed in common with it)" if unmatched else ""
-        lines.append(f"- {environment}: {verdict} lifts success over the SFT start{unmatched_note} by at least 10 "
-                     "points with the 95% interval of the lift above zero.")
+        lines.append(f"- {environment}: {verdict} {'lift' if len(lifted) > 1 else 'lifts'} success over the SFT "
+                     f"start{unmatched_note} by at least 10 points with the 95% interval of the lift above zero.")
     for environment in environments:
         if ("gigpo", environment) not in table or ("starpo-s", environment) not in table:
             continue
