@@ -377,12 +377,17 @@ def test_each_setting_keeps_its_own_run_folder(learning, tmp_path):
     assert learning.runs.run_directory(tmp_path, "minigrid", "starpo-s", 1, ("abc",), "relative") == (
         runs / "starpo-s-seed1-abc-relative")
     assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("abc",), None) == runs / "gigpo-seed0-abc"
-    # a folder named by a whole setting (made before the training key) is used while the training key has none
+    # a folder named by a whole setting (made before the training key) takes the training key's name when found
     assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("train", "whole"), None) == (
         runs / "gigpo-seed0-train")
     (runs / "gigpo-seed0-whole").mkdir()
+    (runs / "gigpo-seed0-whole" / "checkpoint-3").mkdir()
     assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("train", "whole"), None) == (
-        runs / "gigpo-seed0-whole")
+        runs / "gigpo-seed0-train")
+    assert (runs / "gigpo-seed0-train" / "checkpoint-3").is_dir() and not (runs / "gigpo-seed0-whole").exists()
+    # then another evaluation of the same training (another whole key) finds it by the training key
+    assert learning.runs.run_directory(tmp_path, "minigrid", "gigpo", 0, ("train", "other"), None) == (
+        runs / "gigpo-seed0-train")
 
 
 def test_only_what_training_reads_names_a_runs_checkpoints(learning):

@@ -48,9 +48,11 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     fell. Learning curves: success and return of the training rollouts against the turns spent.
 
 Runs and records
-    Each (method, environment, seed) run works in ``<workdir>/runs/<environment>/<method>-seed<seed>-<key>/``, one
-    folder per setting (TRL checkpoints every ``save_every`` updates, or DPO's rounds), and resumes from there when
-    restarted with the same settings; a finished run writes its record, a small JSON file, to
+    Each (method, environment, seed) run works in
+    ``<workdir>/runs/<environment>/<method>-seed<seed>-<key>[-<rule>]/``, one folder per training setting
+    (``<key>``: ``protocol.training_key``; evaluations that differ only in the held-out split, its size or
+    temperature share it; TRL checkpoints every ``save_every`` updates, or DPO's rounds), and resumes from there
+    when restarted with the same settings; a finished run writes its record, a small JSON file, to
     ``benchmarks/learning_runs/<environment>/<method>-seed<seed>.json`` (held-out success, the curve, the settings'
     key, the commit). ``--table`` rebuilds docs/results.md's table and ``docs/learning_<environment>.png`` from the
     committed records alone; ``--table --records <folder>`` prints another folder's table (an ablation, with another

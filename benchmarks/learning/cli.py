@@ -91,8 +91,9 @@ def main(argv: list[str] | None = None) -> None:
                              "on its way to the budget, e.g. for a budget curve on validation). One --env, --method "
                              "and --seed; its record needs its own --records folder.")
     parser.add_argument("--rerun", action="store_true",
-                        help="Make the runs again from the start (their checkpoints removed; the warm start kept) even "
-                             "where a record with the same settings exists, and replace their records.")
+                        help="Make the runs again from the start (their checkpoints removed, which every evaluation of "
+                             "the same training shares; the warm start kept) even where a record with the same "
+                             "settings exists, and replace their records.")
     parser.add_argument("--table", action="store_true",
                         help="Only regenerate docs/results.md from the records (with --records: print their table and "
                              "write their curves into that folder).")

@@ -179,7 +179,8 @@ def training_key(environment: str, column: Column, scale: Scale, model: str) -> 
     """The part of :func:`setting_key` a run's checkpoints depend on: its setting less how it is evaluated (the
     held-out split, how many of its tasks, at what temperature), which no training reads. Runs that differ only there
     share their checkpoints, so a finished run is evaluated again on more tasks, or on `test` after `validation`,
-    without training again. A column of an environment the benchmark does not list is its own reference."""
+    without training again. For an environment the benchmark does not list, the column given is the reference: its
+    held-out split and temperature stay part of the key."""
     own = COLUMNS.get(environment, column)
     column = dataclasses.replace(column, held_out=own.held_out, eval_temperature=own.eval_temperature)
     return setting_key(environment, column, dataclasses.replace(scale, eval_episodes=Scale.eval_episodes), model)

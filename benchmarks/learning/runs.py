@@ -164,15 +164,19 @@ def run_directory(workdir: Path, environment: str, method: str, seed: int, keys:
     """Where a run of these settings keeps its checkpoints: a folder of its own for each training setting and rule, so
     that a run of other settings (another budget, an ablation) leaves the checkpoints of this one to evaluate again.
     ``keys``: the training key (:func:`~.protocol.training_key`), then the whole setting's, which named the folders
-    of runs made before the training key; such a folder is used while it is the only one. Runs made before folders
-    were named by setting (``<method>-seed<seed>``, their settings in ``setting.json``) keep theirs."""
+    of runs made before the training key: such a folder, found by the flags it was made with, is renamed to the
+    training key's name, so that every later evaluation finds it too. Runs made before folders were named by setting
+    (``<method>-seed<seed>``, their settings in ``setting.json``) keep theirs."""
     name = f"{method}-seed{seed}"
     runs = workdir / "runs" / environment
     marker = runs / name / "setting.json"
     if marker.is_file() and json.loads(marker.read_text()) in [setting_marker(key, rule) for key in keys]:
         return runs / name
-    folders = [runs / "-".join([name, key, *([rule] if rule else [])]) for key in keys]
-    return next((folder for folder in folders if folder.is_dir()), folders[0])
+    own, *earlier = [runs / "-".join([name, key, *([rule] if rule else [])]) for key in keys]
+    for folder in earlier:
+        if not own.exists() and folder.is_dir():
+            folder.rename(own)
+    return own
 
 
 def peak_memory() -> dict[str, float]:
