@@ -266,6 +266,7 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
     assert set(resumed["time_split"]) == set(learning.training.TIME_SERIES)
     assert evaluated_again["time_split"] == resumed["time_split"]
     assert evaluated_again["held_out"] == resumed["held_out"]  # the same precision in and out of the training process
+    assert 0 <= evaluated_again["evaluation_s"] <= evaluated_again["wall_s"]  # what the evaluation itself took
     # evaluated on more held-out tasks, or on another split, a finished run keeps its checkpoints: nothing is trained
     with monkeypatch.context() as patched:
         patched.setattr(StarPOTrainer, "train", lambda *args, **kwargs: pytest.fail("a finished run is trained again"))

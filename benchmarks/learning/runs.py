@@ -103,6 +103,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
                 raise ValueError(f"Unknown method {method!r}; choose from {METHODS}.")
     print(f"[{environment}] {method} seed {seed}: evaluating on {scale.eval_episodes} {column.held_out} tasks",
           flush=True)
+    evaluation_started = time.time()
     result = held_out(trained, tokenizer, environment, column, scale, seed)
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
@@ -114,7 +115,10 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), **provenance(ROOT),
+        # wall_s - evaluation_s is what this process spent before evaluating: training, or only loading a run
+        # trained by an earlier process
         "machine": machine(), "wall_s": round(time.time() - started),
+        "evaluation_s": round(time.time() - evaluation_started),
         "load": [round(x, 1) for x in os.getloadavg()], **peak_memory(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
