@@ -47,15 +47,19 @@ def describe(record: dict) -> str:
 
 
 def cpus() -> str:
-    """The machine's CPUs for a record: how many, the architecture and the model (``2 CPUs (x86_64, AMD EPYC)``).
+    """The machine's CPUs for a record: how many, the architecture, the model and whether it has AMX's bf16 tiles
+    (``2 CPUs (x86_64, AMD EPYC)``, ``2 CPUs (x86_64, Intel(R) Xeon(R) Processor, AMX bf16)``).
 
-    The model matters as much as the count: without AMX's bf16 tiles a forward pass takes about twice as long."""
-    model = platform.processor() or platform.machine()
+    The model matters as much as the count: without AMX's bf16 tiles a forward pass takes about twice as long, and a
+    model name such as "Intel(R) Xeon(R) Processor" does not say whether it has them."""
+    model, flags = None, []
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():  # the first CPU's lines
+            if line.startswith("model name") and model is None:
                 model = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = line.split(":", 1)[1].split()
     except OSError:
         pass
-    return f"{os.cpu_count()} CPUs ({platform.machine()}, {model})"
+    model = model or platform.processor() or platform.machine()
+    return f"{os.cpu_count()} CPUs ({platform.machine()}, {model}{', AMX bf16' if 'amx_bf16' in flags else ''})"

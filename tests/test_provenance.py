@@ -73,3 +73,5 @@ def test_a_record_names_the_cpu_model_beside_the_count(provenance, monkeypatch, 
     real_path = provenance.Path
     monkeypatch.setattr(provenance, "Path", lambda p: real_path(cpuinfo) if p == "/proc/cpuinfo" else real_path(p))
     assert provenance.cpus().endswith(", Example CPU 9000)")
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu amx_bf16 amx_tile\n")
+    assert provenance.cpus().endswith(", Example CPU 9000, AMX bf16)")  # the model name need not say it

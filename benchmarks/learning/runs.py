@@ -105,6 +105,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
           flush=True)
     evaluation_started = time.time()
     result = held_out(trained, tokenizer, environment, column, scale, seed)
+    evaluated = time.time()
     record = {
         "method": method, "environment": environment, "seed": seed, "setting": key, "thinking_scale_rule": rule,
         "collection_precision": collection_precision(method, scale.bf16), "model": model_name,
@@ -115,10 +116,10 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), **provenance(ROOT),
-        # wall_s - evaluation_s is what this process spent before evaluating: training, or only loading a run
-        # trained by an earlier process
-        "machine": machine(), "wall_s": round(time.time() - started),
-        "evaluation_s": round(time.time() - evaluation_started),
+        # wall_s - evaluation_s is what this process spent before evaluating: loading the model or warm start and
+        # whatever training it did itself (none when an earlier process finished the run)
+        "machine": machine(), "wall_s": round(evaluated - started),
+        "evaluation_s": round(evaluated - evaluation_started),
         "load": [round(x, 1) for x in os.getloadavg()], **peak_memory(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
