@@ -1004,7 +1004,20 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
 
 
 @pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
-def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, monkeypatch, tmp_path, environment):
+def test_a_shipped_warm_start_is_a_lora_of_the_column(learning, environment):
+    from trl_starpo.models import DEFAULT_MODEL
+
+    column, scale = learning.protocol.COLUMNS[environment], learning.protocol.Scale()
+    adapter = ROOT / column.warm_start_adapter
+    shipped = json.loads((adapter / "adapter_config.json").read_text())
+    assert shipped["base_model_name_or_path"] == DEFAULT_MODEL
+    assert (shipped["r"], shipped["lora_alpha"]) == (scale.lora_r, 2 * scale.lora_r)
+    assert sorted(shipped["target_modules"]) == sorted(learning.protocol.LORA_TARGETS)
+    assert (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
+
+
+@pytest.mark.parametrize("environment", ["alfworld", "hotpotqa", "minigrid"])
+def test_a_columns_warm_start_is_what_its_sft_recipe_builds(learning, monkeypatch, tmp_path, environment):
     # recipes/configs/<env>_sft.yaml rebuilds the shipped adapter, and is what the benchmark builds where it cannot
     # start from it: both parse to the same configs, but for where they write and log and how they spend memory
     import trl_starpo.recipes
@@ -1015,13 +1028,6 @@ def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, 
     from trl_starpo.sft import ExpertSFTConfig
 
     column, scale = learning.protocol.COLUMNS[environment], dataclasses.replace(learning.protocol.Scale(), bf16=True)
-    adapter = ROOT / column.warm_start_adapter
-    shipped = json.loads((adapter / "adapter_config.json").read_text())
-    assert shipped["base_model_name_or_path"] == DEFAULT_MODEL
-    assert (shipped["r"], shipped["lora_alpha"]) == (scale.lora_r, 2 * scale.lora_r)
-    assert sorted(shipped["target_modules"]) == sorted(learning.protocol.LORA_TARGETS)
-    assert (adapter / "adapter_model.safetensors").stat().st_size < 12_000_000
-
     built = []
 
     def run_sft(name, argv):
@@ -1040,7 +1046,8 @@ def test_a_shipped_warm_start_is_what_its_recipe_and_the_column_build(learning, 
         _, sft, model = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(args=argv)
         fields = {**dataclasses.asdict(model), **{name: value for name, value in dataclasses.asdict(sft).items()
                                                  if name not in where}}
-        parsed.append({**fields, "lora_target_modules": sorted(fields["lora_target_modules"])})
+        parsed.append({**fields, "lora_target_modules": sorted(fields["lora_target_modules"]),
+                       "environment_kwargs": fields["environment_kwargs"] or {}})  # None: none given
     assert parsed[0] == parsed[1]
 
 
