@@ -4,8 +4,8 @@ it writes from what the agent sees (TRL's SFTTrainer).
     accelerate launch recipes/minigrid_sft.py --config recipes/configs/minigrid_sft.yaml
 
 The expert plays train layouts through the rollout collector with the same prompt and format as the StarPO run that
-follows: each turn it thinks (the next thing its plan acts on, where that lies from the agent's view, the moves to
-it) and answers up to 3 actions. The pipeline is `trl_starpo.recipes.run_sft`; every ExpertSFTConfig / ModelConfig
+follows: each turn it thinks, naming only what the agent can see (the next thing its plan acts on, where it lies
+when in view, the moves to it), and answers up to 3 actions. The pipeline is `trl_starpo.recipes.run_sft`; every ExpertSFTConfig / ModelConfig
 field is a flag or a YAML key.
 """
 

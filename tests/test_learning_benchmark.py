@@ -1005,6 +1005,8 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
 
 @pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
 def test_a_shipped_warm_start_is_a_lora_of_the_column(learning, environment):
+    assert {name for name, column in learning.protocol.COLUMNS.items() if column.warm_start_adapter} == {
+        "alfworld", "hotpotqa"}  # every shipped adapter is checked here
     from trl_starpo.models import DEFAULT_MODEL
 
     column, scale = learning.protocol.COLUMNS[environment], learning.protocol.Scale()
@@ -1018,8 +1020,9 @@ def test_a_shipped_warm_start_is_a_lora_of_the_column(learning, environment):
 
 @pytest.mark.parametrize("environment", ["alfworld", "hotpotqa", "minigrid"])
 def test_a_columns_warm_start_is_what_its_sft_recipe_builds(learning, monkeypatch, tmp_path, environment):
-    # recipes/configs/<env>_sft.yaml rebuilds the shipped adapter, and is what the benchmark builds where it cannot
-    # start from it: both parse to the same configs, but for where they write and log and how they spend memory
+    # recipes/configs/<env>_sft.yaml builds the column's warm start (rebuilds its shipped adapter where it has one),
+    # as the benchmark does where it cannot start from an adapter: both parse to the same configs, but for where they
+    # write and log and how they spend memory
     import trl_starpo.recipes
     from trl import ModelConfig, TrlParser
 

@@ -71,6 +71,23 @@ def test_a_warm_started_config_plays_with_its_warm_starts_prompt_and_format(envi
         assert recipe.eval_splits == ["valid_unseen"]  # make train reports held-out games only
 
 
+def test_minigrid_from_its_warm_start_plays_the_warm_starts_prompt_and_format():
+    # docs/quickstart.md's command: recipes/configs/minigrid.yaml answers without thinking, its SFT warm start thinks
+    from trl import ModelConfig, TrlParser
+
+    from trl_starpo.recipes import EvaluationArguments, parse_arguments
+    from trl_starpo.sft import ExpertSFTConfig
+
+    _, rl, _ = parse_arguments(["--config", str(ROOT / "recipes/configs/minigrid.yaml"),
+                                "--enable_thinking", "true", "--max_tokens_per_turn", "96"])
+    _, sft, _ = TrlParser((EvaluationArguments, ExpertSFTConfig, ModelConfig)).parse_args_and_config(
+        args=["--config", str(ROOT / "recipes/configs/minigrid_sft.yaml")]
+    )
+    shared = ("max_turns", "max_actions_per_turn", "max_actions_per_trajectory", "max_tokens_per_turn",
+              "max_context_length", "enable_thinking", "prefill_opening_tag", "action_separator", "format_penalty")
+    assert {name: getattr(rl, name) for name in shared} == {name: getattr(sft, name) for name in shared}
+
+
 def parse_dpo(config):
     from trl import ModelConfig, TrlParser
 
