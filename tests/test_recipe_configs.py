@@ -72,7 +72,7 @@ def test_a_warm_started_config_plays_with_its_warm_starts_prompt_and_format(envi
 
 
 def test_minigrid_from_its_warm_start_plays_the_warm_starts_prompt_and_format():
-    # docs/quickstart.md's command: recipes/configs/minigrid.yaml answers without thinking, its SFT warm start thinks
+    # docs/quickstart.md's flags: recipes/configs/minigrid.yaml answers without thinking, its SFT warm start thinks
     from trl import ModelConfig, TrlParser
 
     from trl_starpo.recipes import EvaluationArguments, parse_arguments
