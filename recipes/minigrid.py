@@ -3,9 +3,12 @@ r"""StarPO on MiniGrid / BabyAI (minigrid engine, BabyAI-Text observations, ten 
     accelerate launch recipes/minigrid.py --config recipes/configs/minigrid.yaml
     accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml --num_processes 2 \
         recipes/minigrid.py --config recipes/configs/minigrid.yaml
-    accelerate launch recipes/minigrid.py --config recipes/configs/minigrid.yaml --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct
+    accelerate launch recipes/minigrid.py --config recipes/configs/minigrid.yaml \
+        --model_name_or_path Qwen/Qwen2.5-0.5B-Instruct --warm_start ''
 
-The pipeline is `trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
+It starts from the shipped warm start, recipes/warm_starts/minigrid (built by recipes/minigrid_sft.py), and thinks
+in 96-token turns as that warm start does; another model starts from scratch (`--warm_start ''`). The pipeline is
+`trl_starpo.recipes.run`; every StarPOConfig / ModelConfig field is a flag or a YAML key.
 """
 
 import sys

@@ -5,9 +5,9 @@ it writes from what the agent sees (TRL's SFTTrainer).
 
 The expert plays train layouts through the rollout collector with the same prompt and format as the StarPO run that
 follows: each turn it thinks, naming only what the agent can see (the next thing its plan acts on, where it lies
-when in view, the moves to it), and answers up to 3 actions. recipes/configs/minigrid.yaml answers without
-thinking: from this warm start, run it with `--enable_thinking true --max_tokens_per_turn 96`. The pipeline is
-`trl_starpo.recipes.run_sft`; every ExpertSFTConfig / ModelConfig field is a flag or a YAML key.
+when in view, the moves to it), and answers up to 3 actions. This built recipes/warm_starts/minigrid, where
+recipes/configs/minigrid.yaml starts; `--warm_start outputs/minigrid-sft/adapter` starts it from your build. The
+pipeline is `trl_starpo.recipes.run_sft`; every ExpertSFTConfig / ModelConfig field is a flag or a YAML key.
 """
 
 import sys

@@ -1003,12 +1003,12 @@ def test_the_shipped_adapter_gives_way_to_a_warm_start_of_another_setting(learni
     assert [column.warm_start_adapter for column in chosen] == ["recipes/x"] * len(kept) + [None] * len(own)
 
 
-@pytest.mark.parametrize("environment", ["alfworld", "hotpotqa"])
+@pytest.mark.parametrize("environment", ["alfworld", "hotpotqa", "minigrid"])
 def test_a_shipped_warm_start_is_a_lora_of_the_column(learning, environment):
-    assert {name for name, column in learning.protocol.COLUMNS.items() if column.warm_start_adapter} == {
-        "alfworld", "hotpotqa"}  # every shipped adapter is checked here
     from trl_starpo.models import DEFAULT_MODEL
 
+    assert {name for name, column in learning.protocol.COLUMNS.items() if column.warm_start_adapter} == {
+        "alfworld", "hotpotqa", "minigrid"}  # every shipped adapter is checked here
     column, scale = learning.protocol.COLUMNS[environment], learning.protocol.Scale()
     adapter = ROOT / column.warm_start_adapter
     shipped = json.loads((adapter / "adapter_config.json").read_text())

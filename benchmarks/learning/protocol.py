@@ -96,6 +96,8 @@ COLUMNS = {
         # too when the expert only answered (20/192, answer-only/minigrid); its thinking names the target,
         # where it lies and the plan to it (starpo_minigrid.thinking)
         sft_episodes=500, sft_epochs=1,
+        # built by recipes/configs/minigrid_sft.yaml (500 x 1, cosine), shipped as HotPotQA's is
+        warm_start_adapter="recipes/warm_starts/minigrid",
     ),
 }
 
