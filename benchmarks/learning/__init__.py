@@ -15,8 +15,9 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     Warm start: one per environment, shared by every method and seed: the environment's expert plays
     ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
     (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged; or, where a column names
-    one (``Column.warm_start_adapter``: ALFWorld's, the start of ``make train``, and HotPotQA's), the adapter the
-    environment's SFT recipe built and the project ships, merged, so that every seed starts from the same weights.
+    one (``Column.warm_start_adapter``: ALFWorld's, the start of ``make train``, HotPotQA's and MiniGrid's), the
+    adapter the environment's SFT recipe built and the project ships, merged, so that every seed starts from the same
+    weights.
     The ALFWorld and MiniGrid experts explain their actions (``expert_thinking``), so those turns are
     ``<think>…</think><answer>…</answer>``; the WebShop and HotPotQA experts do not, so those columns answer directly
     (``enable_thinking`` off, and with it StarPO-S's thinking critic).
