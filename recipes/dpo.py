@@ -5,8 +5,9 @@
         --trajectories outputs/alfworld-starpo/trajectories      # offline: one training on logged trajectories
 
 Each round plays tasks_per_round training tasks num_generations times with the current policy, pairs the best and
-the worst episode of each task (when their returns differ), and trains on the pairs with DPO against the round's
-starting policy; only the model's own tokens enter the log-ratios. The pipeline is `trl_starpo.recipes.run_dpo`;
+the worst episode of each task (when their returns differ; with --pairs expert, ETO's, each episode against the
+expert's episode of its task), and trains on the pairs with DPO against the round's starting policy; only the
+model's own tokens enter the log-ratios. The pipeline is `trl_starpo.recipes.run_dpo`;
 every TrajectoryDPOConfig / ModelConfig field is a flag or a YAML key.
 """
 

@@ -49,20 +49,42 @@ def test_pairs_are_the_best_and_worst_of_each_task_group():
         preference_pairs([a_best], keys=[0, 1])
 
 
-def test_eto_pairs_the_experts_win_with_the_agents_worst_episode_of_the_task():
+def test_eto_pairs_each_agent_episode_with_the_experts_win_of_its_task():
     def played(task, rewards, success=False):
         t = trajectory(["s"] * len(rewards), rewards)
         t.task_id, t.success = task, success
         return t
 
-    expert = [played("a", [0, 1], True), played("b", [1], True), played("c", [0, 1], True), played("d", [0], False)]
+    expert = [played("a", [0, 1], True), played("b", [1], True), played("c", [0, 1], True), played("d", [0], False),
+              played("e", [0.5], True)]
     a_worse, a_worst = played("a", [0, 0.5]), played("a", [-0.1, 0])
     b_as_good = played("b", [1], True)  # as good as the expert: nothing to prefer
     d_low = played("d", [-1])  # the expert lost d: no pair
-    pairs = expert_pairs([a_worse, a_worst, b_as_good, d_low], expert)  # c: the agent never played it
-    assert pairs["task_id"] == ["a"]
-    assert pairs[0]["chosen_ids"] == expert[0].completion_ids and pairs[0]["rejected_ids"] == a_worst.completion_ids
-    assert (pairs[0]["chosen_return"], pairs[0]["rejected_return"]) == (1.0, pytest.approx(-0.1))
+    e_better = played("e", [1.0], True)  # better than the expert: the agent's episode is chosen
+    pairs = expert_pairs([a_worse, a_worst, b_as_good, d_low, e_better], expert)  # c: the agent never played it
+    assert pairs["task_id"] == ["a", "a", "e"]
+    assert [(row["chosen_return"], row["rejected_return"]) for row in pairs] == [
+        (1.0, 0.5), (1.0, pytest.approx(-0.1)), (1.0, 0.5)]
+    assert pairs[0]["chosen_ids"] == expert[0].completion_ids and pairs[0]["rejected_ids"] == a_worse.completion_ids
+    assert pairs[1]["rejected_ids"] == a_worst.completion_ids
+    assert pairs[2]["chosen_ids"] == e_better.completion_ids and pairs[2]["rejected_ids"] == expert[4].completion_ids
+
+
+def test_eto_cuts_the_rejected_episode_after_the_experts_turns_plus_five():
+    expert = trajectory(["s"] * 2, [0, 1])
+    expert.success = True
+    long_failure = trajectory(["s"] * 10, [0] * 10)  # 3 tokens a turn: thinking, action, observation
+    (row,) = expert_pairs([long_failure], [expert])
+    # 2 + 5 turns kept, ending with the 7th turn's action; the return is still the whole episode's
+    assert row["rejected_ids"] == long_failure.completion_ids[: 7 * 3 - 1]
+    assert row["rejected_mask"] == ([1, 1, 0] * 7)[:-1] and row["rejected_return"] == 0
+    assert row["chosen_ids"] == expert.completion_ids
+    (uncut,) = expert_pairs([long_failure], [expert], extra_turns=8)  # 10 turns: nothing past the episode to cut
+    assert uncut["rejected_ids"] == long_failure.completion_ids
+    (short,) = expert_pairs([long_failure], [expert], extra_turns=0)
+    assert len(short["rejected_ids"]) == 2 * 3 - 1
+    with pytest.raises(ValueError, match="extra_turns must be >= 0"):
+        expert_pairs([long_failure], [expert], extra_turns=-1)
 
 
 def test_pairs_from_a_saved_store_follow_the_logged_groups(tmp_path):
@@ -191,6 +213,9 @@ def test_online_rounds_pair_with_the_expert_as_eto_does(tmp_path, tiny_agent_dir
     rows = [{key: value for key, value in row.items() if key != "task_id"} for row in task_rows("train", 3)]
     trained, (record,) = train_online(model, tiny_tokenizer, counter_env, rows, args)  # rows without task ids
     assert record["episodes"] == 12 and record["pairs"] > 0 and "rewards/margins" in record
+    assert online_args(tmp_path, pairs="expert", num_generations=1).num_generations == 1  # ETO plays a task once
+    with pytest.raises(ValueError, match="num_generations must be at least 2 to pair"):
+        online_args(tmp_path, num_generations=1)
     with pytest.raises(ValueError, match="pairs must be one of"):
         online_args(tmp_path, pairs="ranked")
 

@@ -587,6 +587,9 @@ def test_the_dpo_row_can_pair_as_eto_does(learning, monkeypatch, tmp_path):
         learning.training.train_dpo("hotpotqa", learning.protocol.COLUMNS["hotpotqa"], chosen[0], 0, tmp_path,
                                     tmp_path / "run")
     assert configured["pairs"] == "expert"
+    # ETO explores each task once: a round plays as many episodes as the default pairing's, each on another task
+    assert (configured["num_generations"], configured["tasks_per_round"]) == (1, default.dpo_tasks_per_round
+                                                                               * default.num_generations)
 
 
 def test_the_table_is_made_without_loading_torch(tmp_path):

@@ -1,9 +1,11 @@
-"""Direct preference optimization over whole trajectories (ETO, Song et al. 2024), with TRL's DPO loss.
+"""Direct preference optimization over whole trajectories, with TRL's DPO loss.
 
-A preference pair is the best and the worst trajectory of one task group, when their returns differ. Both share the
-first prompt (system prompt and first observation); the rest of each trajectory is its "completion", in which only
-the model's own tokens (thinking and action) enter the policy and reference log-probabilities: observation and
-chat-template tokens are context, masked out of the sums exactly as prompt tokens are.
+By default a preference pair is the best and the worst trajectory of one task group, when their returns differ; with
+ETO's pairing (Song et al. 2024, :func:`expert_pairs`) it is the expert's trajectory of a task against the agent's.
+Both sides share the first prompt (system prompt and first observation); the rest of each trajectory is its
+"completion", in which only the model's own tokens (thinking and action) enter the policy and reference
+log-probabilities: observation and chat-template tokens are context, masked out of the sums exactly as prompt tokens
+are.
 
 ``TrajectoryDPOTrainer`` is TRL's ``DPOTrainer`` fed such pairs (its loss, reference handling, PEFT and logging
 unchanged); ``train_online`` iterates rounds of collect, pair and train (the online variant); ``recipes/dpo.py``
@@ -37,6 +39,7 @@ logger = logging.getLogger(__name__)
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids", "chosen_mask", "rejected_mask")
 PAIRINGS = ("best_worst", "expert")
 ROUNDS_FILE = "rounds.json"
+ETO_EXTRA_TURNS = 5  # ETO (on WebShop and ScienceWorld) cuts a failed exploration at the expert's turns plus five
 
 
 # ------------------------------------------------------------------------------------------------------- pairing
@@ -83,24 +86,29 @@ def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable
     return _pairs_dataset([row for row in rows if row is not None])
 
 
-def expert_pairs(agent: Sequence[Trajectory], expert: Sequence[Trajectory]):
-    """ETO's pairs: for every task the expert won, its episode (chosen) against the agent's worst episode of that
-    task, when that one returned less (rejected); the agent's episodes where it did as well as the expert make none.
+def expert_pairs(agent: Sequence[Trajectory], expert: Sequence[Trajectory], extra_turns: int = ETO_EXTRA_TURNS):
+    """ETO's pairs: each of the agent's episodes of a task against the expert's won episode of that task.
 
-    ``agent`` and ``expert`` were played with the same rollout settings (so a task's episodes share their first
+    Where the agent's episode returned less, the expert's is chosen and the agent's rejected, cut (as ETO cuts its
+    failed explorations) after the expert's number of turns plus ``extra_turns``; where it returned more, the agent's
+    is chosen and the expert's rejected; an equal return makes no pair. Every agent episode of a task makes its own
+    pair. ``agent`` and ``expert`` were played with the same rollout settings (so a task's episodes share their first
     prompt). Returns the columns of :func:`preference_pairs`.
     """
     _refuse_windowed([*agent, *expert])
-    worst: dict[str, Trajectory] = {}
-    for trajectory in agent:
-        if trajectory.env_error is None and any(_model_token_mask(trajectory)):
-            if trajectory.task_id not in worst or trajectory.episode_return < worst[trajectory.task_id].episode_return:
-                worst[trajectory.task_id] = trajectory
+    if extra_turns < 0:
+        raise ValueError(f"extra_turns must be >= 0, got {extra_turns}.")
+    demonstrations = {t.task_id: t for t in expert if t.success}
     rows = []
-    for demonstration in expert:
-        rejected = worst.get(demonstration.task_id)
-        if demonstration.success and rejected is not None and rejected.episode_return < demonstration.episode_return:
-            rows.append(_pair_row(demonstration, rejected))
+    for trajectory in agent:
+        demonstration = demonstrations.get(trajectory.task_id)
+        if demonstration is None or trajectory.env_error is not None or not any(_model_token_mask(trajectory)):
+            continue
+        if trajectory.episode_return < demonstration.episode_return:
+            kept_turns = len(demonstration.turns) + extra_turns
+            rows.append(_pair_row(demonstration, trajectory, rejected_turns=kept_turns))
+        elif trajectory.episode_return > demonstration.episode_return:
+            rows.append(_pair_row(trajectory, demonstration))
     return _pairs_dataset([row for row in rows if row is not None])
 
 
@@ -110,18 +118,23 @@ def _refuse_windowed(trajectories: Sequence[Trajectory]) -> None:
                          "(each turn saw its own context): play them with context_policy='full'.")
 
 
-def _pair_row(chosen: Trajectory, rejected: Trajectory) -> dict[str, Any] | None:
+def _pair_row(chosen: Trajectory, rejected: Trajectory, rejected_turns: int | None = None) -> dict[str, Any] | None:
+    """A pair's row; with ``rejected_turns``, the rejected side ends with the last token of that turn's response
+    (its return stays the whole episode's)."""
     prompt = chosen.token_ids[: chosen.prompt_length]
     if prompt != rejected.token_ids[: rejected.prompt_length]:
         logger.warning("Task %s: the chosen and rejected trajectories start from different prompts; no pair.",
                        chosen.task_id)
         return None
+    rejected_end = None
+    if rejected_turns is not None and 0 < rejected_turns < len(rejected.turns):
+        rejected_end = rejected.turns[rejected_turns - 1].response_end - rejected.prompt_length
     return {
         "prompt_ids": list(prompt),
         "chosen_ids": list(chosen.completion_ids),
-        "rejected_ids": list(rejected.completion_ids),
+        "rejected_ids": list(rejected.completion_ids[:rejected_end]),
         "chosen_mask": _model_token_mask(chosen),
-        "rejected_mask": _model_token_mask(rejected),
+        "rejected_mask": _model_token_mask(rejected)[:rejected_end],
         "task_id": chosen.task_id,
         "chosen_return": chosen.episode_return,
         "rejected_return": rejected.episode_return,
@@ -184,8 +197,9 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
     Configuration of trajectory DPO: every [`~trl.DPOConfig`] field (`beta`, `loss_type`, ...), the rollout settings
     of the episodes it plays (as in `StarPOConfig`; give them the values of the SFT warm start), and the rounds of the
     online variant (`train_online`): each round plays `tasks_per_round` training tasks `num_generations` times with
-    the current policy, pairs the best and worst episode of each task, and trains on the pairs with DPO for
-    `num_train_epochs`, against the round's starting policy as the reference.
+    the current policy, pairs the best and worst episode of each task (or, with `pairs="expert"`, each episode with
+    the expert's), and trains on the pairs with DPO for `num_train_epochs`, against the round's starting policy as
+    the reference.
     """
 
     max_length: int | None = field(
@@ -198,14 +212,16 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
     rounds: int = field(default=4, metadata={"help": "Rounds of collect, pair and train (online variant)."})
     tasks_per_round: int = field(default=8, metadata={"help": "Training tasks played per round."})
     num_generations: int = field(
-        default=4, metadata={"help": "Episodes per task and round; the best and worst of them make its pair."}
+        default=4, metadata={"help": "Episodes per task and round; the best and worst of them make its pair (with "
+                                     "pairs='expert' each makes its own; ETO plays each task once: 1)."}
     )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the collected episodes."})
     pairs: str = field(
         default="best_worst",
         metadata={"help": "How a round pairs episodes: 'best_worst', the best against the worst of the policy's "
                           "episodes of a task; 'expert', ETO's, the environment expert's won episode of the task "
-                          "against the policy's worst that returned less (the environment needs expert_action())."},
+                          "against each of the policy's episodes that returned less, cut after the expert's turns "
+                          "plus five (the environment needs expert_action())."},
     )
     turn_budget: int | None = field(
         default=None, metadata={"help": "Stop starting rounds once the collected episodes have played this many turns."}
@@ -221,12 +237,13 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
         for name in ("rounds", "tasks_per_round"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}.")
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be at least 2 to make a pair, got {self.num_generations}.")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0: the episodes of a task must differ, got {self.temperature}.")
         if self.pairs not in PAIRINGS:
             raise ValueError(f"pairs must be one of {PAIRINGS}, got {self.pairs!r}.")
+        if self.num_generations < (2 if self.pairs == "best_worst" else 1):
+            fewest = "2 to pair a task's best episode with its worst" if self.pairs == "best_worst" else "1"
+            raise ValueError(f"num_generations must be at least {fewest}, got {self.num_generations}.")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0: the episodes of a task must differ, got {self.temperature}.")
         if self.context_policy != "full":
             raise ValueError("Trajectory DPO pairs whole episodes: set context_policy='full' (a window's turns each "
                              "see their own context).")
@@ -287,8 +304,9 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
 
     Each round plays ``args.tasks_per_round`` rows of ``tasks`` (cycling through them in a seeded order),
     ``args.num_generations`` episodes each, with the current policy; pairs them (:func:`preference_pairs`, or with
-    ``args.pairs="expert"`` the expert's episode of each task against the policy's worst, :func:`expert_pairs`: ETO's
-    pairing, which explores every training task each round when ``tasks_per_round`` is their number); and trains
+    ``args.pairs="expert"`` each episode against the expert's episode of its task, :func:`expert_pairs`: ETO's
+    pairing, which explores every training task once each round when ``tasks_per_round`` is their number and
+    ``num_generations`` 1); and trains
     on the pairs with ``TrajectoryDPOTrainer`` against the round's starting policy (a frozen copy, or the adapter
     disabled under ``peft_config``, which is merged into the model after the round). A round without a pair trains
     nothing. After each round the model is saved to ``output_dir/round-<k>`` (the previous round's folder is then
@@ -341,7 +359,11 @@ def train_online(model, tokenizer, environment, tasks, args: TrajectoryDPOConfig
                 trajectory.task_id = names[i // args.num_generations]
             for trajectory, name in zip(expert, names):
                 trajectory.task_id = name
-            pairs = expert_pairs(played.trajectories, [t for t in expert if usable_demonstration(t)])
+            demonstrations = [t for t in expert if usable_demonstration(t)]
+            if not demonstrations:
+                logger.warning("DPO round %d: the expert won none of its %d tasks, so nothing can pair with it (is "
+                               "max_turns long enough for the expert's plans?).", number, len(rows))
+            pairs = expert_pairs(played.trajectories, demonstrations)
         else:
             pairs = preference_pairs(played.trajectories)
         record = {"round": number, "episodes": len(played.trajectories),

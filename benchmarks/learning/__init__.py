@@ -11,7 +11,7 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     tasks), ``untrained`` (the embedded model as it ships), ``sft`` (the warm start), and from that warm start ``ppo``,
     ``dpo``, ``starpo``, ``starpo-s``, ``starpo-s-ragen`` and ``gigpo`` (the presets of trl_starpo/presets.py; ``dpo``
     is trl_starpo.dpo's online trajectory DPO, pairing a task's best episode against its worst, or with
-    ``--dpo-pairs expert`` the expert's episode against the policy's worst, as ETO does).
+    ``--dpo-pairs expert`` the expert's episode against each of the policy's, as ETO does).
     Warm start: one per environment, shared by every method and seed: the environment's expert plays
     ``sft_episodes`` training tasks through the rollout collector and the model is fine-tuned on them with LoRA
     (``trl_starpo.recipes.run_sft``, as ``recipes/alfworld_sft.py``), the adapter merged; or, where a column names
@@ -30,7 +30,7 @@ Protocol (``COLUMNS`` and ``Scale`` below hold every number)
     A run stops at the first update that reaches the budget, after all of that batch's optimizer steps.
     Learning-rate schedules are constant after the preset's warmup, a warmup fraction being of the fewest updates the
     budget allows (all episodes at ``max_turns``). DPO plays rounds of ``dpo_tasks_per_round`` tasks x
-    ``num_generations`` episodes under the same turn budget.
+    ``num_generations`` episodes under the same turn budget (``--dpo-pairs expert``: as many tasks, once each).
     Success: on held-out tasks (ALFWorld's ``valid_unseen``, the ``test`` split elsewhere), the first
     ``eval_episodes`` (at least 32) tasks, one episode each, sampled at temperature 1.0 with the seed of the run (ALFWorld's decoded greedily,
     ``Column.eval_temperature``, chosen on ``valid_seen``);

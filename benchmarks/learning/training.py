@@ -245,9 +245,13 @@ def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
     from trl_starpo.dpo import TrajectoryDPOConfig, train_online
 
     model, tokenizer = load_model(str(start))
+    # ETO explores each task once: its rounds play as many episodes, each of another task
+    tasks_per_round, generations = scale.dpo_tasks_per_round, scale.num_generations
+    if scale.dpo_pairs == "expert":
+        tasks_per_round, generations = tasks_per_round * generations, 1
     args = TrajectoryDPOConfig(
         output_dir=str(run_dir), seed=seed, rounds=10**6, turn_budget=column.budget,
-        tasks_per_round=scale.dpo_tasks_per_round, num_generations=scale.num_generations,
+        tasks_per_round=tasks_per_round, num_generations=generations,
         temperature=scale.temperature, beta=scale.dpo_beta, learning_rate=scale.dpo_learning_rate,
         num_train_epochs=scale.dpo_epochs, pairs=scale.dpo_pairs, per_device_train_batch_size=scale.micro_batch,
         logging_steps=1,
