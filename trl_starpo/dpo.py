@@ -221,7 +221,8 @@ class TrajectoryDPOConfig(DPOConfig, RolloutArguments):
         metadata={"help": "How a round pairs episodes: 'best_worst', the best against the worst of the policy's "
                           "episodes of a task; 'expert', ETO's, the environment expert's won episode of the task "
                           "against each of the policy's episodes that returned less, cut after the expert's turns "
-                          "plus five (the environment needs expert_action())."},
+                          "plus five, and the policy's over the expert's where it returned more (the environment "
+                          "needs expert_action())."},
     )
     turn_budget: int | None = field(
         default=None, metadata={"help": "Stop starting rounds once the collected episodes have played this many turns."}

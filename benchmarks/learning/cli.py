@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dpo-pairs", choices=DPO_PAIRINGS, default="best_worst",
                         help="How the dpo row pairs episodes (TrajectoryDPOConfig.pairs): the policy's best against "
                              "its worst episode of a task, or ETO's `expert`, the expert's episode against each of "
-                             "the policy's (each task played once). Records of another pairing belong in their own --records folder.")
+                             "the policy's (each task played once). Records of another pairing belong in their own "
+                             "--records folder.")
     parser.add_argument("--max-turns", type=int,
                         help="Turns an episode may take (and the actions those turns allow; default: the column's), "
                              "for long episodes, e.g. ALFWorld's 50. Under the full context policy a longer horizon "
