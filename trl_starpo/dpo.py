@@ -50,6 +50,11 @@ def _model_token_mask(trajectory: Trajectory) -> list[int]:
     return [int(segment in model) for segment in trajectory.completion_segments]
 
 
+def _pairable(trajectory: Trajectory) -> bool:
+    """Whether an episode can enter a pair: its environment did not fail and it holds a model token."""
+    return trajectory.env_error is None and any(_model_token_mask(trajectory))
+
+
 def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable] | None = None):
     """The best and the worst trajectory of each task group, as rows for ``TrajectoryDPOTrainer``.
 
@@ -74,8 +79,7 @@ def preference_pairs(trajectories: Sequence[Trajectory], keys: Sequence[Hashable
         raise ValueError(f"{len(keys)} keys for {len(trajectories)} trajectories.")
     groups: dict[Hashable, list[Trajectory]] = {}
     for key, trajectory in zip(keys, trajectories):
-        usable = trajectory.env_error is None and any(_model_token_mask(trajectory))
-        if usable:
+        if _pairable(trajectory):
             groups.setdefault(key, []).append(trajectory)
     rows = []
     for members in groups.values():
@@ -102,7 +106,7 @@ def expert_pairs(agent: Sequence[Trajectory], expert: Sequence[Trajectory], extr
     rows = []
     for trajectory in agent:
         demonstration = demonstrations.get(trajectory.task_id)
-        if demonstration is None or trajectory.env_error is not None or not any(_model_token_mask(trajectory)):
+        if demonstration is None or not _pairable(trajectory):
             continue
         if trajectory.episode_return < demonstration.episode_return:
             kept_turns = len(demonstration.turns) + extra_turns
