@@ -292,6 +292,12 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
         assert bool(record["curve"]) == (method not in ("random", "untrained", "sft"))
         if record["curve"]:
             assert record["turns"] >= column.budget
+        if method == "dpo":  # each round's own figures, beside its point of the curve
+            rounds = record["dpo_rounds"]
+            assert len(rounds) == len(record["curve"]) and sum(r["turns"] for r in rounds) == record["turns"]
+            assert all(r["pairs"] >= 0 for r in rounds)
+        else:
+            assert "dpo_rounds" not in record
     assert len([path for path in (work / "sft").iterdir() if path.is_dir()]) == 1  # one, shared by every method
     assert learning.runs.run_one("gigpo", counter_env, 0, **common) == evaluated_again  # recorded: not run again
     capsys.readouterr()

@@ -79,6 +79,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
 
     curve: list = []
     log_history: list = []
+    dpo_rounds: list = []
     start = None
     if method == "random":
         trained, tokenizer = None, None
@@ -95,7 +96,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
             if method == "sft":
                 trained, tokenizer = load_model(str(start))
             elif method == "dpo":
-                trained, tokenizer, curve = train_dpo(environment, column, scale, seed, start, run_dir)
+                trained, tokenizer, curve, dpo_rounds = train_dpo(environment, column, scale, seed, start, run_dir)
             elif method in PRESET_METHODS:
                 trained, tokenizer, curve, log_history = train_preset(method, environment, column, scale, seed,
                                                                       start, run_dir)
@@ -113,6 +114,7 @@ def run_one(method: str, environment: str, seed: int, *, scale: Scale = Scale(),
         "held_out": result, "turns": curve[-1][0] if curve else 0,
         "updates": len(curve), "budget": column.budget, "curve": curve,
         "training_means": training_means(log_history), "time_split": time_split(log_history),
+        **({"dpo_rounds": dpo_rounds} if dpo_rounds else {}),
         "column": dataclasses.asdict(column),
         "scale": dataclasses.asdict(scale),
         "recorded": datetime.date.today().isoformat(), **provenance(ROOT),

@@ -238,7 +238,10 @@ def _averages(log_history: list[dict], series, average) -> dict[str, float]:
 
 
 def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
-    """Online trajectory DPO from the warm start until the turn budget is spent; resumes after its last round."""
+    """Online trajectory DPO from the warm start until the turn budget is spent; resumes after its last round.
+
+    Returns the model, its tokenizer, the curve (turns, training success and return after each round) and the rounds'
+    own records (pairs formed, the DPO metrics of each round's last step: ``train_online``'s ``rounds.json``)."""
     from peft import LoraConfig
 
     from trl_starpo import load_tasks
@@ -266,4 +269,4 @@ def train_dpo(environment, column, scale, seed, start: Path, run_dir: Path):
     for record in rounds:
         turns += record["turns"]
         curve.append([turns, round(record["success"], 4), round(record["return"], 4)])
-    return model, tokenizer, curve
+    return model, tokenizer, curve, rounds
