@@ -295,10 +295,16 @@ def test_every_row_resumes_and_the_table_comes_from_the_records(
         if method == "dpo":  # each round's own figures, beside its point of the curve
             rounds = record["dpo_rounds"]
             assert len(rounds) == len(record["curve"]) and sum(r["turns"] for r in rounds) == record["turns"]
-            assert all(r["pairs"] >= 0 for r in rounds)
+            assert all({"loss", "rewards/margins"} <= r.keys() for r in rounds if r["pairs"])
         else:
             assert "dpo_rounds" not in record
     assert len([path for path in (work / "sft").iterdir() if path.is_dir()]) == 1  # one, shared by every method
+    # a finished DPO run whose record was lost is evaluated again, its rounds' figures kept
+    dpo = learning.runs.record_path(records, counter_env, "dpo", 0)
+    first = json.loads(dpo.read_text())
+    dpo.unlink()
+    again = learning.runs.run_one("dpo", counter_env, 0, **common)
+    assert again["dpo_rounds"] == first["dpo_rounds"] and again["curve"] == first["curve"]
     assert learning.runs.run_one("gigpo", counter_env, 0, **common) == evaluated_again  # recorded: not run again
     capsys.readouterr()
     learning.runs.run_one("gigpo", counter_env, 0, **common)
